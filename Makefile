@@ -1,0 +1,96 @@
+# weft - one Makefile builds everything. See README.md.
+#
+#   make                      libraries, pkg-config file, tools, examples, benchmarks
+#   make test                 build and run every test
+#   make test SANITIZE=address   ... under ASan+UBSan (build-asan/)
+#   make test SANITIZE=thread    ... under TSan (build-tsan/)
+#   make test ARCH=aarch64       ... cross-compiled, run under qemu-user (build-aarch64/)
+#   make bench                run the benchmarks and print the table
+#   make install PREFIX=/usr/local
+
+PREFIX   ?= /usr/local
+SANITIZE ?=
+ARCH     ?=
+WERROR   ?=
+
+CC       ?= cc
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=gnu11 -Wall -Wextra -fPIC -pthread -Iinclude -iquote src -fno-omit-frame-pointer
+LDLIBS   += -pthread
+ifneq ($(WERROR),)
+CFLAGS   += -Werror
+endif
+
+B        := build
+RUNNER   :=
+ifeq ($(SANITIZE),address)
+B        := build-asan
+CFLAGS   += -fsanitize=address,undefined -fno-sanitize-recover=undefined
+LDFLAGS  += -fsanitize=address,undefined
+else ifeq ($(SANITIZE),thread)
+B        := build-tsan
+CFLAGS   += -fsanitize=thread
+LDFLAGS  += -fsanitize=thread
+endif
+ifeq ($(ARCH),aarch64)
+B        := build-aarch64
+CC       := aarch64-linux-gnu-gcc
+RUNNER   := qemu-aarch64 -L /usr/aarch64-linux-gnu
+endif
+
+LIB_SRC  := $(wildcard src/*.c)
+LIB_ASM  := $(wildcard src/*.S)
+LIB_OBJ  := $(LIB_SRC:src/%.c=$(B)/obj/%.o) $(LIB_ASM:src/%.S=$(B)/obj/%.o)
+HDRS     := include/weft.h $(wildcard src/*.h)
+
+TESTS    := $(patsubst tests/%.c,$(B)/tests/%,$(filter-out tests/test.c,$(wildcard tests/*.c)))
+BENCHES  := $(patsubst bench/%.c,$(B)/bench/%,$(wildcard bench/*.c))
+EXAMPLES := $(patsubst examples/%.c,$(B)/bin/%,$(wildcard examples/*.c))
+
+all: $(B)/libweft.a $(B)/libweft.so $(B)/weft.pc $(EXAMPLES) $(BENCHES) $(TESTS)
+ifeq ($(B),build)
+all: weft.pc
+endif
+
+$(B)/obj/%.o: src/%.c $(HDRS) | $(B)/obj
+	$(CC) $(CFLAGS) -c $< -o $@
+$(B)/obj/%.o: src/%.S | $(B)/obj
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(B)/libweft.a: $(LIB_OBJ)
+	$(AR) rcs $@ $^
+$(B)/libweft.so: $(LIB_OBJ)
+	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+weft.pc $(B)/weft.pc: Makefile
+	@mkdir -p $(B)
+	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: weft\nDescription: lightweight tasks, channels and task-aware locks over one worker per core\nVersion: 0.1.0\nLibs: -L$${libdir} -lweft\nLibs.private: -pthread\nCflags: -I$${includedir}\n' '$(PREFIX)' > $@
+
+$(B)/tests/%: tests/%.c tests/test.c tests/test.h $(B)/libweft.a | $(B)/tests
+	$(CC) $(CFLAGS) -Itests $(LDFLAGS) -o $@ $< tests/test.c $(B)/libweft.a $(LDLIBS)
+$(B)/bench/%: bench/%.c bench/bench.h $(B)/libweft.a | $(B)/bench
+	$(CC) $(CFLAGS) -Ibench $(LDFLAGS) -o $@ $< $(B)/libweft.a $(LDLIBS)
+$(B)/bin/%: examples/%.c $(B)/libweft.a | $(B)/bin
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(B)/libweft.a $(LDLIBS)
+
+$(B)/obj $(B)/tests $(B)/bench $(B)/bin:
+	mkdir -p $@
+
+test: $(TESTS)
+	@RUNNER='$(RUNNER)' sh tests/run.sh $(TESTS)
+
+bench: $(BENCHES) $(B)/libweft.a
+	@sh bench/run.sh $(B)/bench
+
+install: $(B)/libweft.a $(B)/libweft.so weft.pc
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 include/weft.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(B)/libweft.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(B)/libweft.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 weft.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+
+clean:
+	rm -rf build build-asan build-tsan build-aarch64 weft.pc
+
+.PHONY: all test bench install clean
+.SECONDARY:

@@ -1,0 +1,55 @@
+/*
+ * context_x86_64.S - weft_ctx_swap for the System V x86-64 ABI.
+ *
+ * Saves only what the ABI makes callee-saved: rbx, rbp, r12-r15, the MXCSR control bits and
+ * the x87 control word. Everything else is dead across a call anyway.
+ *
+ *   void weft_ctx_swap(void **save, void *load)   rdi = save, rsi = load
+ */
+#if defined(__x86_64__)
+	.text
+	.globl	weft_ctx_swap
+	.hidden	weft_ctx_swap
+	.type	weft_ctx_swap, @function
+	.p2align 4
+weft_ctx_swap:
+	.cfi_startproc
+	pushq	%rbp
+	pushq	%rbx
+	pushq	%r12
+	pushq	%r13
+	pushq	%r14
+	pushq	%r15
+	subq	$8, %rsp
+	stmxcsr	(%rsp)
+	fnstcw	4(%rsp)
+	movq	%rsp, (%rdi)
+	movq	%rsi, %rsp
+	ldmxcsr	(%rsp)
+	fldcw	4(%rsp)
+	addq	$8, %rsp
+	popq	%r15
+	popq	%r14
+	popq	%r13
+	popq	%r12
+	popq	%rbx
+	popq	%rbp
+	ret
+	.cfi_endproc
+	.size	weft_ctx_swap, .-weft_ctx_swap
+
+/* First code a new context runs: ctx_init left the argument in r12 and the entry in r13. */
+	.globl	weft_ctx_start
+	.hidden	weft_ctx_start
+	.type	weft_ctx_start, @function
+	.p2align 4
+weft_ctx_start:
+	.cfi_startproc
+	.cfi_undefined rip
+	movq	%r12, %rdi
+	callq	*%r13
+	ud2
+	.cfi_endproc
+	.size	weft_ctx_start, .-weft_ctx_start
+#endif
+	.section .note.GNU-stack,"",@progbits

@@ -1,0 +1,687 @@
+/*
+ * sched.c - workers and the scheduler.
+ *
+ * weft runs tasks on one worker thread per core (weft_run makes the calling thread worker 0).
+ * The shape is Go's and Tokio's:
+ *
+ *  - Each worker has a bounded local ring (runq.h) and a one-task `next` slot. A task woken by
+ *    a task goes to the waker's `next` slot, so a receiver runs right after its sender on the
+ *    same core, with the data still in cache, and contending tasks gather on one core. A run
+ *    of `next` hand-offs is cut after NEXT_STREAK so that a ping-pong pair cannot starve the
+ *    ring.
+ *  - Tasks switch directly from one to the next (one assembly switch, no detour through a
+ *    scheduler stack). Only when a worker has nothing local to run does it switch to its idle
+ *    loop, which runs expired timers, takes from the global queue, steals half of another
+ *    worker's ring and finally sleeps on a futex until its earliest deadline.
+ *  - The global queue takes tasks woken by plain threads (and a full ring's overflow). Every
+ *    GLOBAL_EVERY switches a worker looks there (and at its timers) first, for fairness.
+ *  - A task is "on CPU" from the moment a worker switches to it until the next context has
+ *    completed the switch away (finish_switch). A waker may make a task runnable while it is
+ *    still switching away; whoever picks it up waits for on_cpu to clear, which takes a few
+ *    instructions. This is what lets park publish the task before it has left its stack.
+ *  - Idle workers: at most half the busy workers spin looking for work; the rest sleep. Making
+ *    work runnable wakes a sleeping worker only when none is spinning (wake_idle). A worker
+ *    going to sleep first puts itself on the idle list, then looks once more for work, so a
+ *    task queued in between is not stranded.
+ *  - Deadlock: when every worker sleeps with no deadline pending, tasks are alive, and no
+ *    thread outside weft could wake them, weft prints the blocked tasks and aborts.
+ */
+#define _GNU_SOURCE
+#include "sched.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "futex.h"
+#include "sanitizer.h"
+#include "wait.h"
+#include "weft.h"
+
+#define NEXT_STREAK 64
+#define GLOBAL_EVERY 61
+#define STEAL_ROUNDS 4
+
+static struct {
+	int n;
+	struct worker **w;
+	pthread_mutex_t gq_lock;
+	weft_task *gq_head, *gq_tail;
+	atomic_int gq_n;
+	atomic_int nidle, nspinning;
+	pthread_mutex_t idle_lock;
+	struct worker *idle;
+	atomic_bool stop;
+	_Atomic uint64_t ids;
+	int (*main_fn)(void *);
+	void *main_arg;
+	int main_result;
+	bool deadlock_check;
+	int threads_at_start;
+	struct sigaction old_segv;
+} S = { .gq_lock = PTHREAD_MUTEX_INITIALIZER, .idle_lock = PTHREAD_MUTEX_INITIALIZER };
+
+static atomic_bool running;
+static __thread struct worker *tls_worker __attribute__((tls_model("initial-exec")));
+
+__attribute__((noinline)) struct worker *worker_self(void)
+{
+	__asm__ __volatile__("" ::: "memory");
+	return tls_worker;
+}
+
+bool sched_running(void)
+{
+	return atomic_load(&running);
+}
+
+uint64_t sched_new_id(struct worker *w)
+{
+	if (w->id_next == w->id_end) {
+		w->id_next = atomic_fetch_add(&S.ids, 1024);
+		w->id_end = w->id_next + 1024;
+	}
+	return w->id_next++;
+}
+
+/* ---- queues ------------------------------------------------------------------------------ */
+
+static void global_push(weft_task *first, weft_task *last, int n)
+{
+	last->link = NULL;
+	pthread_mutex_lock(&S.gq_lock);
+	if (S.gq_tail)
+		S.gq_tail->link = first;
+	else
+		S.gq_head = first;
+	S.gq_tail = last;
+	atomic_fetch_add(&S.gq_n, n);
+	pthread_mutex_unlock(&S.gq_lock);
+}
+
+/* Take a fair share of the global queue: one to run, the rest into w's ring. */
+static weft_task *global_pop(struct worker *w)
+{
+	if (atomic_load_explicit(&S.gq_n, memory_order_relaxed) == 0)
+		return NULL;
+	pthread_mutex_lock(&S.gq_lock);
+	weft_task *first = S.gq_head;
+	int taken = 0, want = atomic_load(&S.gq_n) / S.n + 1;
+	if (first) {
+		S.gq_head = first->link;
+		taken = 1;
+		while (taken < want && S.gq_head && runq_push(&w->q, S.gq_head)) {
+			S.gq_head = S.gq_head->link;
+			taken++;
+		}
+		if (!S.gq_head)
+			S.gq_tail = NULL;
+		atomic_fetch_sub(&S.gq_n, taken);
+	}
+	pthread_mutex_unlock(&S.gq_lock);
+	return first;
+}
+
+/* A full ring moves half of itself, plus t, to the global queue. */
+static void push_local(struct worker *w, weft_task *t)
+{
+	if (runq_push(&w->q, t))
+		return;
+	weft_task *batch[RUNQ_SIZE / 2 + 1];
+	uint32_t n = runq_grab(&w->q, batch, RUNQ_SIZE / 2);
+	batch[n++] = t;
+	for (uint32_t i = 0; i + 1 < n; i++)
+		batch[i]->link = batch[i + 1];
+	global_push(batch[0], batch[n - 1], (int)n);
+}
+
+static bool work_anywhere(void)
+{
+	if (atomic_load(&S.gq_n))
+		return true;
+	for (int i = 0; i < S.n; i++)
+		if (runq_len(&S.w[i]->q) || atomic_load(&S.w[i]->next))
+			return true;
+	return false;
+}
+
+/* ---- idle workers ------------------------------------------------------------------------ */
+
+/* Wake one sleeping worker to look for work, unless one is already looking. */
+static void wake_idle(void)
+{
+	if (atomic_load(&S.nidle) == 0 || atomic_load(&S.nspinning) != 0)
+		return;
+	int zero = 0;
+	if (!atomic_compare_exchange_strong(&S.nspinning, &zero, 1))
+		return;
+	pthread_mutex_lock(&S.idle_lock);
+	struct worker *v = S.idle;
+	if (v) {
+		S.idle = v->idle_link;
+		v->idle_link = NULL;
+		v->in_idle = false;
+		v->spinning = true; /* it takes over the nspinning count we added */
+		atomic_fetch_sub(&S.nidle, 1);
+	}
+	pthread_mutex_unlock(&S.idle_lock);
+	if (!v) {
+		atomic_fetch_sub(&S.nspinning, 1);
+		return;
+	}
+	atomic_store_explicit(&v->wake_word, 1, memory_order_release);
+	futex_wake(&v->wake_word, 1);
+}
+
+void sched_ready(weft_task *t)
+{
+	t->state = TASK_RUNNABLE;
+	struct worker *w = worker_self();
+	if (!w) {
+		global_push(t, t, 1);
+		atomic_thread_fence(memory_order_seq_cst); /* pairs with idle()'s re-check */
+		wake_idle();
+		return;
+	}
+	weft_task *old = atomic_exchange_explicit(&w->next, t, memory_order_acq_rel);
+	if (old) {
+		push_local(w, old);
+		wake_idle();
+	}
+}
+
+void sched_ready_tail(weft_task *t)
+{
+	t->state = TASK_RUNNABLE;
+	struct worker *w = worker_self();
+	if (!w) {
+		global_push(t, t, 1);
+		atomic_thread_fence(memory_order_seq_cst);
+	} else {
+		push_local(w, t);
+	}
+	wake_idle();
+}
+
+/* ---- switching --------------------------------------------------------------------------- */
+
+_Noreturn static void overflow_abort(weft_task *t)
+{
+	char msg[160];
+	int n = snprintf(msg, sizeof msg, "weft: task %llu (%s) overflowed its %zu-byte stack\n",
+			 (unsigned long long)t->id, t->name, t->stk.size);
+	if (write(2, msg, (size_t)n) < 0) {
+	}
+	abort();
+}
+
+static void finish_switch(void *fake_stack)
+{
+#ifdef WEFT_ASAN
+	__sanitizer_finish_switch_fiber(fake_stack, NULL, NULL);
+#else
+	(void)fake_stack;
+#endif
+	struct worker *w = worker_self();
+	weft_task *p = w->prev;
+	if (!p)
+		return;
+	w->prev = NULL;
+	if (p->state == TASK_DONE && p->detached)
+		task_release(p);
+	else
+		atomic_store_explicit(&p->on_cpu, 0, memory_order_release);
+}
+
+void sched_finish_switch(void)
+{
+	finish_switch(NULL);
+}
+
+/* Switch from `from` (NULL: the idle loop) to `to` (NULL: the idle loop). */
+static void switch_to(struct worker *w, weft_task *from, weft_task *to)
+{
+	if (from && !stack_canary_ok(&from->stk))
+		overflow_abort(from);
+	if (to) {
+		while (atomic_load_explicit(&to->on_cpu, memory_order_acquire))
+			cpu_relax();
+		atomic_store_explicit(&to->on_cpu, 1, memory_order_relaxed);
+		to->state = TASK_RUNNING;
+	}
+	w->prev = from;
+	w->cur = to;
+	w->tick++;
+#ifdef WEFT_ASAN
+	void **fake = !from ? &w->idle_fake_stack
+			    : from->state == TASK_DONE ? NULL : &from->asan_fake_stack;
+	__sanitizer_start_switch_fiber(fake, to ? to->stk.lo : w->stack_bottom,
+				       to ? to->stk.size : w->stack_size);
+#endif
+#ifdef WEFT_TSAN
+	__tsan_switch_to_fiber(to ? to->tsan_fiber : w->tsan_fiber, 0);
+#endif
+	ctx_switch(from ? &from->ctx : &w->idle_ctx, to ? &to->ctx : &w->idle_ctx);
+	/* Resumed: possibly on another worker, so `w` is stale; `from` is us. */
+	finish_switch(from ? from->asan_fake_stack : worker_self()->idle_fake_stack);
+}
+
+static void run_timers(struct worker *w)
+{
+	if (atomic_load_explicit(&w->timers.first, memory_order_acquire) != INT64_MAX) {
+		int64_t now = weft_now();
+		if (atomic_load_explicit(&w->timers.first, memory_order_acquire) <= now)
+			wait_expire(&w->timers, now);
+	}
+}
+
+/* The next task to run from w's own queues, or NULL. */
+static weft_task *pick(struct worker *w)
+{
+	weft_task *t;
+	if (atomic_load_explicit(&S.stop, memory_order_relaxed))
+		return NULL;
+	if (w->tick % GLOBAL_EVERY == 0) {
+		run_timers(w);
+		if ((t = global_pop(w)))
+			return t;
+	}
+	if (w->next_streak < NEXT_STREAK && atomic_load_explicit(&w->next, memory_order_relaxed) &&
+	    (t = atomic_exchange_explicit(&w->next, NULL, memory_order_acq_rel))) {
+		w->next_streak++;
+		return t;
+	}
+	w->next_streak = 0;
+	if ((t = runq_pop(&w->q)))
+		return t;
+	if (atomic_load_explicit(&w->next, memory_order_relaxed))
+		return atomic_exchange_explicit(&w->next, NULL, memory_order_acq_rel);
+	return NULL;
+}
+
+void sched_park(void)
+{
+	struct worker *w = worker_self();
+	weft_task *self = w->cur;
+	self->state = TASK_PARKED;
+	weft_task *next = pick(w);
+	if (next == self) { /* its deadline expired inside pick */
+		self->state = TASK_RUNNING;
+		return;
+	}
+	switch_to(w, self, next);
+}
+
+_Noreturn void sched_exit(void)
+{
+	struct worker *w = worker_self();
+	weft_task *self = w->cur;
+	w->exited++;
+	self->state = TASK_DONE;
+	switch_to(w, self, pick(w));
+	abort(); /* unreachable: nobody switches back to a finished task */
+}
+
+void weft_yield(void)
+{
+	struct worker *w = worker_self();
+	if (!w || !w->cur) {
+		sched_yield();
+		return;
+	}
+	weft_task *self = w->cur;
+	weft_task *next = pick(w);
+	if (!next)
+		next = global_pop(w);
+	if (!next)
+		return;
+	self->state = TASK_RUNNABLE;
+	push_local(w, self);
+	switch_to(w, self, next);
+}
+
+weft_task *weft_self(void)
+{
+	struct worker *w = worker_self();
+	return w ? w->cur : NULL;
+}
+
+/* ---- the idle loop ----------------------------------------------------------------------- */
+
+static uint32_t rnd(struct worker *w)
+{
+	w->rng ^= w->rng << 13;
+	w->rng ^= w->rng >> 17;
+	w->rng ^= w->rng << 5;
+	return w->rng;
+}
+
+static weft_task *steal(struct worker *w)
+{
+	weft_task *batch[RUNQ_SIZE / 2];
+	for (int round = 0; round < STEAL_ROUNDS; round++) {
+		int start = (int)(rnd(w) % (uint32_t)S.n);
+		for (int i = 0; i < S.n; i++) {
+			struct worker *v = S.w[(start + i) % S.n];
+			if (v == w)
+				continue;
+			uint32_t n = runq_grab(&v->q, batch, RUNQ_SIZE / 2);
+			if (n) {
+				for (uint32_t k = 1; k < n; k++)
+					runq_push(&w->q, batch[k]);
+				return batch[0];
+			}
+			/* Its `next` is about to run there; take it only on the last round. */
+			weft_task *t;
+			if (round == STEAL_ROUNDS - 1 && atomic_load(&v->next) &&
+			    (t = atomic_exchange(&v->next, NULL)))
+				return t;
+		}
+	}
+	return NULL;
+}
+
+static void stop_spinning(struct worker *w)
+{
+	w->spinning = false;
+	/* The last spinner found work: there may be more, let another look. */
+	if (atomic_fetch_sub(&S.nspinning, 1) == 1)
+		wake_idle();
+}
+
+static weft_task *find_work(struct worker *w)
+{
+	weft_task *t;
+	run_timers(w);
+	if ((t = pick(w)) || (t = global_pop(w)))
+		return t;
+	if (!w->spinning) {
+		int busy = S.n - atomic_load(&S.nidle);
+		if (2 * atomic_load(&S.nspinning) >= busy)
+			return NULL;
+		w->spinning = true;
+		atomic_fetch_add(&S.nspinning, 1);
+	}
+	return steal(w);
+}
+
+static int count_threads(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[128];
+	int n = -1;
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "Threads: %d", &n) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return n;
+}
+
+static void print_blocked(struct stack *s, void *ctx)
+{
+	weft_task *t = (weft_task *)s;
+	int *shown = ctx;
+	if (t->state != TASK_PARKED || (*shown)++ >= 20)
+		return;
+	fprintf(stderr, "  task %llu (%s): %s\n", (unsigned long long)t->id, t->name,
+		t->wait.reason ? t->wait.reason : "?");
+}
+
+/* Called with idle_lock held by the last worker to go idle. */
+static void check_deadlock(void)
+{
+	if (!S.deadlock_check || atomic_load(&S.nidle) != S.n || work_anywhere())
+		return;
+	int64_t live = 0;
+	for (int i = 0; i < S.n; i++) {
+		if (atomic_load(&S.w[i]->timers.first) != INT64_MAX)
+			return;
+		live += S.w[i]->spawned - S.w[i]->exited;
+	}
+	if (live <= 0 || atomic_load(&wait_foreign_parked) > 0)
+		return;
+	if (count_threads() - S.threads_at_start - (S.n - 1) > 0)
+		return; /* a thread outside weft might still wake someone */
+	fprintf(stderr, "weft: all tasks are blocked (deadlock): %lld task%s\n", (long long)live,
+		live == 1 ? "" : "s");
+	int shown = 0;
+	stack_each_live(print_blocked, &shown);
+	if (shown > 20)
+		fprintf(stderr, "  ... and %d more\n", shown - 20);
+	abort();
+}
+
+static void idle_remove(struct worker *w)
+{
+	for (struct worker **p = &S.idle; *p; p = &(*p)->idle_link)
+		if (*p == w) {
+			*p = w->idle_link;
+			w->idle_link = NULL;
+			w->in_idle = false;
+			atomic_fetch_sub(&S.nidle, 1);
+			return;
+		}
+}
+
+/* Nothing to do: sleep until woken or until w's earliest deadline. */
+static void idle(struct worker *w)
+{
+	pthread_mutex_lock(&S.idle_lock);
+	w->idle_link = S.idle;
+	S.idle = w;
+	w->in_idle = true;
+	atomic_store(&w->wake_word, 0);
+	atomic_fetch_add(&S.nidle, 1);
+	pthread_mutex_unlock(&S.idle_lock);
+	if (w->spinning) {
+		w->spinning = false;
+		atomic_fetch_sub(&S.nspinning, 1);
+	}
+	int64_t deadline = atomic_load(&w->timers.first);
+	if (!work_anywhere() && !atomic_load(&S.stop)) {
+		if (deadline == INT64_MAX) {
+			pthread_mutex_lock(&S.idle_lock);
+			check_deadlock();
+			pthread_mutex_unlock(&S.idle_lock);
+		}
+		futex_wait(&w->wake_word, 0, deadline);
+	}
+	pthread_mutex_lock(&S.idle_lock);
+	if (w->in_idle)
+		idle_remove(w);
+	pthread_mutex_unlock(&S.idle_lock);
+}
+
+static void worker_loop(struct worker *w)
+{
+	while (!atomic_load(&S.stop)) {
+		weft_task *t = find_work(w);
+		if (!t) {
+			idle(w);
+			continue;
+		}
+		if (w->spinning)
+			stop_spinning(w);
+		switch_to(w, NULL, t);
+	}
+}
+
+/* ---- workers' life ----------------------------------------------------------------------- */
+
+static void on_segv(int sig, siginfo_t *si, void *uc)
+{
+	(void)sig;
+	(void)uc;
+	struct stack *s = stack_of_guard(si->si_addr);
+	if (s)
+		overflow_abort((weft_task *)s);
+	sigaction(SIGSEGV, &S.old_segv, NULL); /* not ours: fault again, the old way */
+}
+
+static void worker_enter(struct worker *w)
+{
+	tls_worker = w;
+	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); /* sleep until deadlines to the microsecond */
+	stack_t ss = { .ss_sp = w->altstack, .ss_size = 64 * 1024 };
+	sigaltstack(&ss, NULL);
+	pthread_attr_t a;
+	if (pthread_getattr_np(pthread_self(), &a) == 0) {
+		void *lo;
+		pthread_attr_getstack(&a, &lo, &w->stack_size);
+		w->stack_bottom = lo;
+		pthread_attr_destroy(&a);
+	}
+#ifdef WEFT_TSAN
+	w->tsan_fiber = __tsan_get_current_fiber();
+#endif
+}
+
+static void worker_leave(struct worker *w)
+{
+	stack_t ss = { .ss_flags = SS_DISABLE };
+	sigaltstack(&ss, NULL);
+	(void)w;
+	tls_worker = NULL;
+}
+
+static void *worker_thread(void *arg)
+{
+	struct worker *w = arg;
+	worker_enter(w);
+	worker_loop(w);
+	worker_leave(w);
+	return NULL;
+}
+
+static void stop_all(void)
+{
+	atomic_store(&S.stop, true);
+	for (int i = 0; i < S.n; i++) {
+		atomic_store(&S.w[i]->wake_word, 1);
+		futex_wake(&S.w[i]->wake_word, 1);
+	}
+}
+
+static void main_entry(void *arg)
+{
+	(void)arg;
+	S.main_result = S.main_fn(S.main_arg);
+	stop_all();
+}
+
+static int worker_count(void)
+{
+	const char *e = getenv("WEFT_WORKERS");
+	long n = e && *e ? strtol(e, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+	if (n < 1)
+		n = 1;
+	return n > 1024 ? 1024 : (int)n;
+}
+
+static void free_workers(void)
+{
+	for (int i = 0; i < S.n; i++) {
+		if (!S.w[i])
+			continue;
+		timer_heap_destroy(&S.w[i]->timers);
+		free(S.w[i]->altstack);
+		free(S.w[i]);
+	}
+	free(S.w);
+	S.w = NULL;
+}
+
+static int init_workers(int n)
+{
+	S.n = n;
+	S.w = calloc((size_t)n, sizeof *S.w);
+	if (!S.w)
+		return -ENOMEM;
+	for (int i = 0; i < n; i++) {
+		struct worker *w = aligned_alloc(64, (sizeof *w + 63) & ~(size_t)63);
+		if (!w)
+			return -ENOMEM;
+		memset(w, 0, sizeof *w);
+		S.w[i] = w;
+		w->id = i;
+		w->rng = 0x9e3779b9u * (uint32_t)(i + 1);
+		timer_heap_init(&w->timers);
+		w->altstack = malloc(64 * 1024);
+		if (!w->altstack)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+static void discard_task(struct stack *s, void *ctx)
+{
+	(void)ctx;
+#ifdef WEFT_TSAN
+	weft_task *t = (weft_task *)s;
+	if (t->tsan_fiber)
+		__tsan_destroy_fiber(t->tsan_fiber);
+#else
+	(void)s;
+#endif
+}
+
+int weft_run(int (*main_task)(void *), void *arg)
+{
+	if (!main_task)
+		return -EINVAL;
+	if (worker_self() || atomic_exchange(&running, true))
+		return -EBUSY;
+	const char *dl = getenv("WEFT_DEADLOCK");
+	S.deadlock_check = !(dl && strcmp(dl, "0") == 0);
+	S.main_fn = main_task;
+	S.main_arg = arg;
+	S.main_result = 0;
+	atomic_store(&S.stop, false);
+	atomic_store(&S.ids, 1);
+	S.threads_at_start = count_threads();
+	stack_init(sizeof(weft_task));
+	int n = worker_count(), err = init_workers(n);
+	if (err) {
+		free_workers();
+		atomic_store(&running, false);
+		return err;
+	}
+	struct sigaction sa = { .sa_sigaction = on_segv, .sa_flags = SA_SIGINFO | SA_ONSTACK };
+	sigaction(SIGSEGV, &sa, &S.old_segv);
+	int old_slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+	worker_enter(S.w[0]);
+	weft_task *m = task_spawn(S.w[0], main_entry, NULL,
+				  &(weft_spawn_opts){ .name = "main", .detached = 1 });
+	int started = 1;
+	if (!m) {
+		err = -ENOMEM;
+		stop_all();
+	}
+	for (; !err && started < n; started++) {
+		if ((err = -pthread_create(&S.w[started]->thread, NULL, worker_thread, S.w[started]))) {
+			stop_all();
+			break;
+		}
+	}
+	worker_loop(S.w[0]);
+	for (int i = 1; i < started; i++)
+		pthread_join(S.w[i]->thread, NULL);
+	worker_leave(S.w[0]);
+	prctl(PR_SET_TIMERSLACK, (unsigned long)old_slack, 0, 0, 0);
+	sigaction(SIGSEGV, &S.old_segv, NULL);
+	stack_each_live(discard_task, NULL);
+	stack_release_all();
+	free_workers();
+	S.gq_head = S.gq_tail = NULL;
+	atomic_store(&S.gq_n, 0);
+	atomic_store(&S.nidle, 0);
+	atomic_store(&S.nspinning, 0);
+	S.idle = NULL;
+	atomic_store(&running, false);
+	return err ? err : S.main_result;
+}

@@ -1,0 +1,62 @@
+/*
+ * sched.h - workers and scheduling (sched.c). Internal to weft.
+ */
+#ifndef WEFT_SCHED_H
+#define WEFT_SCHED_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "context.h"
+#include "runq.h"
+#include "stack.h"
+#include "task.h"
+#include "timer.h"
+
+struct worker {
+	struct runq q;
+	weft_task *_Atomic next;      /* runs right after the current task: direct hand-off */
+	int id;
+	weft_task *cur;               /* running task; NULL while in the idle loop */
+	weft_task *prev;              /* the task just switched away from (finish_switch) */
+	weft_ctx idle_ctx;            /* the worker thread's own stack: the idle loop */
+	uint32_t tick;                /* switches so far, paces global-queue and timer checks */
+	uint32_t next_streak;         /* consecutive runs from `next`, bounded for fairness */
+	uint32_t rng;
+	bool spinning;                /* looking for work to steal (counted in nspinning) */
+	bool in_idle;                 /* on the idle list; guarded by the idle lock */
+	struct timer_heap timers;
+	struct stack_cache stacks;
+	uint64_t id_next, id_end;     /* block of task ids */
+	int64_t spawned, exited;      /* live tasks = sum(spawned - exited) over workers */
+	_Atomic uint32_t wake_word;   /* futex the idle worker sleeps on */
+	struct worker *idle_link;
+	pthread_t thread;
+	void *altstack;
+	const void *stack_bottom;     /* the thread's stack, for ASan */
+	size_t stack_size;
+	void *idle_fake_stack;
+	void *tsan_fiber;
+};
+
+/* The worker running the caller, or NULL on a plain thread. Not inlined: a task can resume
+ * on another worker, so the thread-local address must be computed afresh at each call. */
+struct worker *worker_self(void);
+
+/* Make a parked or new task runnable: onto the calling worker's `next` slot (it runs right
+ * after the caller), or the global queue when called from a plain thread. */
+void sched_ready(weft_task *t);
+/* Same, at the tail of the local queue (spawn, timer expiry). */
+void sched_ready_tail(weft_task *t);
+/* Switch away from the current task, which has published itself somewhere a waker will find
+ * it (see wait.h). Returns when it is made runnable again and scheduled. */
+void sched_park(void);
+/* The current task is finished: switch away for good. */
+_Noreturn void sched_exit(void);
+/* Called first thing by a new task, and after every switch: complete the switch. */
+void sched_finish_switch(void);
+bool sched_running(void);
+uint64_t sched_new_id(struct worker *w);
+#endif

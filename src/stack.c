@@ -1,0 +1,286 @@
+/*
+ * stack.c - mmap'd task stacks with guard pages, cached per worker.
+ *
+ * The kernel allows vm.max_map_count mappings per process (65,530 by default), and a
+ * PROT_NONE guard page between two stacks costs two of them. One mapping per guarded stack
+ * would cap a program near 32,000 tasks; weft must run 10^6. So:
+ *
+ *  - Default-size stacks are carved from regions of REGION_SLOTS slots, one mmap each
+ *    (MAP_NORESERVE: only touched pages cost memory, so a parked task costs about one page).
+ *  - The first `guard_budget` slots get a real guard page (mprotect), sized from
+ *    vm.max_map_count so that half of the mappings stay for the program. A task that overflows
+ *    one of them faults on the guard page and weft names it (see task.c).
+ *  - Beyond the budget a slot's lowest word holds a canary, checked at every switch away from
+ *    the task. An overflow is then caught after the fact, at the task's next switch, possibly
+ *    after it has scribbled on the top of the slot below; the message is the same.
+ *
+ * Slots are recycled through a per-worker cache (no lock, no system call in steady state),
+ * which overflows into a global free list. Odd-sized stacks get a mapping of their own and
+ * are unmapped when their task is released.
+ */
+#define _GNU_SOURCE
+#include "stack.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "sanitizer.h"
+
+#define REGION_SLOTS 256
+#define CACHE_MAX 256
+
+struct region {
+	struct region *next;
+	char *base;
+	size_t used;  /* slots carved so far */
+};
+
+static struct {
+	pthread_mutex_t lock;
+	size_t page, slot, record, dflt;
+	long guard_budget;
+	struct region *regions;
+	struct stack *free;   /* pooled slots given back by full caches */
+	struct stack *odd;    /* every odd-sized stack handed out */
+} g = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+size_t stack_default_size(void)
+{
+#ifdef WEFT_ASAN
+	return 4 * 64 * 1024; /* ASan's redzones make frames several times larger */
+#else
+	return 64 * 1024;
+#endif
+}
+
+static long read_max_map_count(void)
+{
+	long v = 65530;
+	FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+	if (f) {
+		if (fscanf(f, "%ld", &v) != 1)
+			v = 65530;
+		fclose(f);
+	}
+	return v;
+}
+
+void stack_init(size_t record_size)
+{
+	pthread_mutex_lock(&g.lock);
+	g.page = (size_t)sysconf(_SC_PAGESIZE);
+	g.record = (record_size + 63) & ~(size_t)63;
+	g.dflt = stack_default_size();
+	g.slot = g.page + g.dflt;
+	long maps = read_max_map_count();
+	g.guard_budget = maps / 4 - 2048;
+	if (g.guard_budget < 0)
+		g.guard_budget = 0;
+	pthread_mutex_unlock(&g.lock);
+}
+
+/* Fill in the record at the top of [map, map + map_size) and arm the guard. */
+static struct stack *setup(char *map, size_t map_size, bool pooled)
+{
+	struct stack *s = (struct stack *)(map + map_size - g.record);
+	bool guarded = false;
+	if (g.guard_budget > 0 && mprotect(map, g.page, PROT_NONE) == 0) {
+		g.guard_budget--;
+		guarded = true;
+	}
+	*s = (struct stack){ .lo = map + g.page, .size = (size_t)((char *)s - map) - g.page,
+			     .map = map, .map_size = map_size, .guarded = guarded, .pooled = pooled };
+	return s;
+}
+
+static struct stack *carve(void)
+{
+	struct region *r = g.regions;
+	if (!r || r->used == REGION_SLOTS) {
+		r = malloc(sizeof *r);
+		if (!r)
+			return NULL;
+		void *m = mmap(NULL, g.slot * REGION_SLOTS, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (m == MAP_FAILED) {
+			free(r);
+			return NULL;
+		}
+		*r = (struct region){ .next = g.regions, .base = m };
+		g.regions = r;
+	}
+	return setup(r->base + g.slot * r->used++, g.slot, true);
+}
+
+static struct stack *get_odd(size_t size)
+{
+	size_t len = (g.page + size + g.record + g.page - 1) & ~(g.page - 1);
+	void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+		       -1, 0);
+	if (m == MAP_FAILED)
+		return NULL;
+	pthread_mutex_lock(&g.lock);
+	struct stack *s = setup(m, len, false);
+	s->next = g.odd;
+	s->prev = NULL;
+	if (g.odd)
+		g.odd->prev = s;
+	g.odd = s;
+	pthread_mutex_unlock(&g.lock);
+	return s;
+}
+
+/* Refill an empty cache from the global list, or carve one new slot. */
+static struct stack *get_pooled_slow(struct stack_cache *c)
+{
+	pthread_mutex_lock(&g.lock);
+	struct stack *s = g.free;
+	for (int i = 0; s && i < CACHE_MAX / 2; i++) {
+		g.free = s->next;
+		s->next = c->free;
+		c->free = s;
+		c->n++;
+		s = g.free;
+	}
+	s = NULL;
+	if (c->free) {
+		s = c->free;
+		c->free = s->next;
+		c->n--;
+	} else {
+		s = carve();
+	}
+	pthread_mutex_unlock(&g.lock);
+	return s;
+}
+
+struct stack *stack_get(struct stack_cache *c, size_t size)
+{
+	struct stack *s;
+	if (size == 0 || size == g.dflt) {
+		s = c->free;
+		if (s) {
+			c->free = s->next;
+			c->n--;
+		} else {
+			s = get_pooled_slow(c);
+		}
+	} else {
+		s = get_odd(size);
+	}
+	if (!s) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	s->next = s->prev = NULL;
+	s->size = (size_t)((char *)s - (char *)s->lo);
+	san_unpoison(s->lo, s->size);
+	*(uint64_t *)s->lo = STACK_CANARY;
+#ifdef WEFT_VALGRIND
+	s->valgrind_id = VALGRIND_STACK_REGISTER(s->lo, (char *)s->lo + s->size);
+#endif
+	return s;
+}
+
+void stack_put(struct stack_cache *c, struct stack *s)
+{
+#ifdef WEFT_VALGRIND
+	VALGRIND_STACK_DEREGISTER(s->valgrind_id);
+#endif
+	if (!s->pooled) {
+		pthread_mutex_lock(&g.lock);
+		if (s->prev)
+			s->prev->next = s->next;
+		else
+			g.odd = s->next;
+		if (s->next)
+			s->next->prev = s->prev;
+		if (s->guarded)
+			g.guard_budget++;
+		pthread_mutex_unlock(&g.lock);
+		san_unpoison(s->map, s->map_size);
+		munmap(s->map, s->map_size);
+		return;
+	}
+	s->size = 0; /* marks the record free for stack_each_live */
+	if (!c) { /* a plain thread joined the task */
+		pthread_mutex_lock(&g.lock);
+		s->next = g.free;
+		g.free = s;
+		pthread_mutex_unlock(&g.lock);
+		return;
+	}
+	s->next = c->free;
+	c->free = s;
+	if (++c->n > CACHE_MAX)
+		stack_cache_drain(c);
+}
+
+/* Hand half of the cache (all of it at shutdown) to the global list. */
+void stack_cache_drain(struct stack_cache *c)
+{
+	int keep = c->n > CACHE_MAX ? CACHE_MAX / 2 : 0;
+	pthread_mutex_lock(&g.lock);
+	while (c->n > keep) {
+		struct stack *s = c->free;
+		c->free = s->next;
+		c->n--;
+		s->next = g.free;
+		g.free = s;
+	}
+	pthread_mutex_unlock(&g.lock);
+}
+
+struct stack *stack_of_guard(const void *addr)
+{
+	const char *a = addr;
+	for (struct region *r = g.regions; r; r = r->next) {
+		if (a >= r->base && a < r->base + g.slot * r->used) {
+			char *map = r->base + (size_t)(a - r->base) / g.slot * g.slot;
+			if (a >= map + g.page)
+				return NULL;
+			return (struct stack *)(map + g.slot - g.record);
+		}
+	}
+	for (struct stack *s = g.odd; s; s = s->next)
+		if (a >= (char *)s->map && a < (char *)s->map + g.page)
+			return s;
+	return NULL;
+}
+
+void stack_each_live(void (*fn)(struct stack *s, void *ctx), void *ctx)
+{
+	for (struct region *r = g.regions; r; r = r->next)
+		for (size_t i = 0; i < r->used; i++) {
+			struct stack *s = (struct stack *)(r->base + g.slot * (i + 1) - g.record);
+			if (s->size)
+				fn(s, ctx);
+		}
+	for (struct stack *s = g.odd; s; s = s->next)
+		fn(s, ctx);
+}
+
+void stack_release_all(void)
+{
+	pthread_mutex_lock(&g.lock);
+	while (g.regions) {
+		struct region *r = g.regions;
+		g.regions = r->next;
+		san_unpoison(r->base, g.slot * REGION_SLOTS);
+		munmap(r->base, g.slot * REGION_SLOTS);
+		free(r);
+	}
+	while (g.odd) {
+		struct stack *s = g.odd;
+		g.odd = s->next;
+		san_unpoison(s->map, s->map_size);
+		munmap(s->map, s->map_size);
+	}
+	g.free = NULL;
+	pthread_mutex_unlock(&g.lock);
+}

@@ -1,0 +1,51 @@
+/*
+ * stack.h - task stacks, each with its task record at the top. See stack.c for how 10^6
+ * stacks fit under vm.max_map_count.
+ */
+#ifndef WEFT_STACK_H
+#define WEFT_STACK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Lives at the start of the task record, at the top of the slot it describes. */
+struct stack {
+	void *lo;            /* lowest usable byte; the canary word lives here */
+	size_t size;         /* usable bytes from lo up to the record */
+	void *map;           /* the slot: guard page + usable bytes + record */
+	size_t map_size;
+	struct stack *next;  /* free list (pooled) or list of all odd-sized stacks */
+	struct stack *prev;
+	bool guarded;        /* a PROT_NONE page sits just below lo */
+	bool pooled;         /* a default-size slot carved from a region */
+	unsigned valgrind_id;
+};
+
+struct stack_cache {
+	struct stack *free;
+	int n;
+};
+
+#define STACK_CANARY 0x5745465443414e59ull /* "WEFTCANY" */
+
+/* Once per weft_run, before any stack_get: record_size bytes at the top of each slot hold
+ * the caller's record, which starts with struct stack. */
+void stack_init(size_t record_size);
+/* A stack of at least `size` usable bytes (0: the default), or NULL with errno ENOMEM. */
+struct stack *stack_get(struct stack_cache *c, size_t size);
+/* c may be NULL (a plain thread): the slot goes to the global list. */
+void stack_put(struct stack_cache *c, struct stack *s);
+void stack_cache_drain(struct stack_cache *c);
+/* The record of the slot that contains addr's guard page, or NULL. */
+struct stack *stack_of_guard(const void *addr);
+static inline bool stack_canary_ok(const struct stack *s)
+{
+	return *(const uint64_t *)s->lo == STACK_CANARY;
+}
+/* Call fn on every record handed out and not yet put back. Only when the workers are quiet. */
+void stack_each_live(void (*fn)(struct stack *s, void *ctx), void *ctx);
+/* Unmap every stack; after the workers have stopped. */
+void stack_release_all(void);
+size_t stack_default_size(void);
+#endif

@@ -1,0 +1,229 @@
+/*
+ * task.c - the life of a task: spawn, run, exit, join, cancel; weft_execute.
+ *
+ * A task's record sits at the top of its own stack slot (stack.c), so spawning takes a slot
+ * from the worker's cache, writes the record and the first frame, and queues the task: no
+ * allocation, no lock. A joinable task's slot is released by weft_join once the task is off
+ * its CPU; a detached task's by the context that switches in after it exits.
+ */
+#define _GNU_SOURCE
+#include "task.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sanitizer.h"
+#include "sched.h"
+#include "weft.h"
+
+weft_task *task_spawn(struct worker *w, void (*fn)(void *), void *arg,
+		      const struct weft_spawn_opts *opts)
+{
+	struct stack *s = stack_get(&w->stacks, opts ? opts->stack_size : 0);
+	if (!s)
+		return NULL;
+	weft_task *t = (weft_task *)s;
+	memset((char *)t + sizeof t->stk, 0, sizeof *t - sizeof t->stk);
+	t->fn = fn;
+	t->arg = arg;
+	t->id = sched_new_id(w);
+	t->wait.task = t;
+	t->timer.idx = -1;
+	t->detached = opts && opts->detached;
+	const char *name = opts && opts->name ? opts->name : "task";
+	strncpy(t->name, name, sizeof t->name - 1);
+	ctx_init(&t->ctx, s->lo, s->size, task_main, t);
+#ifdef WEFT_TSAN
+	t->tsan_fiber = __tsan_create_fiber(0);
+#endif
+	w->spawned++;
+	sched_ready_tail(t);
+	return t;
+}
+
+weft_task *weft_spawn_opt(void (*fn)(void *), void *arg, const weft_spawn_opts *opts)
+{
+	struct worker *w = worker_self();
+	if (!fn || !w || (opts && opts->stack_size && opts->stack_size < WEFT_STACK_MIN)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return task_spawn(w, fn, arg, opts);
+}
+
+weft_task *weft_spawn(void (*fn)(void *), void *arg)
+{
+	return weft_spawn_opt(fn, arg, NULL);
+}
+
+static void task_exit(weft_task *t)
+{
+	if (!t->detached) {
+		spin_lock(&t->join_lock);
+		t->done = true;
+		if (t->joiner)
+			wait_wake(t->joiner, 0);
+		t->joiner = NULL;
+		spin_unlock(&t->join_lock);
+	}
+	sched_exit();
+}
+
+void task_main(void *p)
+{
+	weft_task *t = p;
+	sched_finish_switch();
+	t->fn(t->arg);
+	task_exit(t);
+}
+
+void task_release(weft_task *t)
+{
+#ifdef WEFT_TSAN
+	__tsan_destroy_fiber(t->tsan_fiber);
+#endif
+	struct worker *w = worker_self();
+	stack_put(w ? &w->stacks : NULL, &t->stk);
+}
+
+int weft_join(weft_task *t)
+{
+	if (!t || t->detached || t == weft_self())
+		return -EINVAL;
+	spin_lock(&t->join_lock);
+	if (!t->done) {
+		if (t->joiner) {
+			spin_unlock(&t->join_lock);
+			return -EINVAL;
+		}
+		struct wait *w = wait_begin("join", t);
+		t->joiner = w;
+		spin_unlock(&t->join_lock);
+		int r = wait_park(w, WEFT_FOREVER);
+		if (r < 0) {
+			spin_lock(&t->join_lock);
+			if (t->joiner == w)
+				t->joiner = NULL;
+			spin_unlock(&t->join_lock);
+			return r;
+		}
+		spin_lock(&t->join_lock);
+	}
+	spin_unlock(&t->join_lock);
+	/* It has exited but may still be switching away from its stack. */
+	while (atomic_load_explicit(&t->on_cpu, memory_order_acquire))
+		cpu_relax();
+	task_release(t);
+	return 0;
+}
+
+int weft_cancel(weft_task *t)
+{
+	if (!t)
+		return -EINVAL;
+	atomic_store(&t->cancelled, 1);
+	wait_cancel(t);
+	return 0;
+}
+
+int weft_cancelled(void)
+{
+	weft_task *t = weft_self();
+	return t ? atomic_load(&t->cancelled) : 0;
+}
+
+uint64_t weft_task_id(const weft_task *t)
+{
+	return t ? t->id : 0;
+}
+
+const char *weft_task_name(const weft_task *t)
+{
+	return t ? t->name : "";
+}
+
+int weft_sleep_until(int64_t deadline)
+{
+	if (!weft_self()) {
+		struct timespec ts = { deadline / 1000000000, deadline % 1000000000 };
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+			;
+		return 0;
+	}
+	int r = wait_park(wait_begin("sleep", NULL), deadline);
+	return r == -ETIMEDOUT ? 0 : r;
+}
+
+/* ---- weft_execute: n tasks of one function, and wait for all --------------------------- */
+
+struct execution {
+	void (*fn)(void *);
+	void *arg;
+	spinlock lock;      /* guards left and waiter: the last task wakes the caller under it */
+	int left;
+	struct wait *waiter;
+};
+
+static void execute_one(void *p)
+{
+	struct execution *e = p;
+	e->fn(e->arg);
+	spin_lock(&e->lock);
+	if (--e->left == 0 && e->waiter)
+		wait_wake(e->waiter, 0);
+	spin_unlock(&e->lock);
+}
+
+/* Not cancellable: the tasks use `e`, which lives on this stack until all are done. */
+static void execute_wait(struct execution *e)
+{
+	for (;;) {
+		spin_lock(&e->lock);
+		if (e->left == 0) {
+			spin_unlock(&e->lock);
+			return;
+		}
+		e->waiter = wait_begin_nocancel("execute", e);
+		spin_unlock(&e->lock);
+		wait_park(e->waiter, WEFT_FOREVER);
+		spin_lock(&e->lock);
+		e->waiter = NULL;
+		spin_unlock(&e->lock);
+	}
+}
+
+struct execute_args {
+	int n;
+	void (*fn)(void *);
+	void *arg;
+};
+
+static int execute_main(void *p)
+{
+	struct execute_args *a = p;
+	return weft_execute(a->n, a->fn, a->arg);
+}
+
+int weft_execute(int n, void (*fn)(void *), void *arg)
+{
+	if (n <= 0 || !fn)
+		return -EINVAL;
+	if (!weft_self()) /* from plain code: run the whole thing under weft_run */
+		return weft_run(execute_main, &(struct execute_args){ n, fn, arg });
+	struct execution e = { .fn = fn, .arg = arg, .left = n };
+	weft_spawn_opts o = { .name = "execute", .detached = 1 };
+	int err = 0;
+	for (int i = 0; i < n; i++) {
+		if (!weft_spawn_opt(execute_one, &e, &o)) {
+			err = -errno;
+			spin_lock(&e.lock);
+			e.left -= n - i;
+			spin_unlock(&e.lock);
+			break;
+		}
+	}
+	execute_wait(&e);
+	return err;
+}

@@ -1,0 +1,142 @@
+/* timer.c - the monotonic clock and the per-worker deadline heaps (see timer.h). */
+#include "timer.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "weft.h"
+
+int64_t weft_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void timer_heap_init(struct timer_heap *h)
+{
+	*h = (struct timer_heap){ .lock = SPIN_INIT, .first = INT64_MAX };
+}
+
+void timer_heap_destroy(struct timer_heap *h)
+{
+	free(h->a);
+	h->a = NULL;
+	h->n = h->cap = 0;
+}
+
+static void place(struct timer_heap *h, int i, struct timer *t)
+{
+	h->a[i] = t;
+	t->idx = i;
+}
+
+static void sift_up(struct timer_heap *h, int i)
+{
+	struct timer *t = h->a[i];
+	while (i > 0) {
+		int p = (i - 1) / 2;
+		if (h->a[p]->when <= t->when)
+			break;
+		place(h, i, h->a[p]);
+		i = p;
+	}
+	place(h, i, t);
+}
+
+static void sift_down(struct timer_heap *h, int i)
+{
+	struct timer *t = h->a[i];
+	for (;;) {
+		int c = 2 * i + 1;
+		if (c >= h->n)
+			break;
+		if (c + 1 < h->n && h->a[c + 1]->when < h->a[c]->when)
+			c++;
+		if (t->when <= h->a[c]->when)
+			break;
+		place(h, i, h->a[c]);
+		i = c;
+	}
+	place(h, i, t);
+}
+
+static void publish_first(struct timer_heap *h)
+{
+	atomic_store_explicit(&h->first, h->n ? h->a[0]->when : INT64_MAX, memory_order_release);
+}
+
+/* Remove the entry at i; lock held. */
+static void remove_at(struct timer_heap *h, int i)
+{
+	struct timer *t = h->a[i];
+	t->idx = -1;
+	if (--h->n > i) {
+		struct timer *m = h->a[h->n];
+		place(h, i, m);
+		sift_down(h, i);
+		sift_up(h, m->idx);
+	}
+}
+
+int timer_add(struct timer_heap *h, struct timer *t, int64_t when)
+{
+	spin_lock(&h->lock);
+	if (h->n == h->cap) {
+		int cap = h->cap ? 2 * h->cap : 64;
+		struct timer **a = realloc(h->a, (size_t)cap * sizeof *a);
+		if (!a) {
+			spin_unlock(&h->lock);
+			return -ENOMEM;
+		}
+		h->a = a;
+		h->cap = cap;
+	}
+	t->when = when;
+	t->heap = h;
+	place(h, h->n++, t);
+	sift_up(h, t->idx);
+	publish_first(h);
+	spin_unlock(&h->lock);
+	return 0;
+}
+
+void timer_del(struct timer *t)
+{
+	struct timer_heap *h = t->heap;
+	if (!h)
+		return;
+	spin_lock(&h->lock);
+	if (t->idx >= 0) {
+		remove_at(h, t->idx);
+		publish_first(h);
+	}
+	spin_unlock(&h->lock);
+	t->heap = NULL;
+}
+
+int timer_expire(struct timer_heap *h, int64_t now, bool (*claim)(struct timer *),
+		 void (*fire)(struct timer *))
+{
+	struct timer *list = NULL;
+	int n = 0;
+	spin_lock(&h->lock);
+	while (h->n && h->a[0]->when <= now) {
+		struct timer *t = h->a[0];
+		remove_at(h, 0);
+		if (claim(t)) {
+			t->fired = list;
+			list = t;
+		}
+	}
+	publish_first(h);
+	spin_unlock(&h->lock);
+	while (list) {
+		struct timer *t = list;
+		list = t->fired;
+		fire(t);
+		n++;
+	}
+	return n;
+}

@@ -1,0 +1,140 @@
+/* wait.c - parking and waking (the protocol is described in wait.h). */
+#define _GNU_SOURCE
+#include "wait.h"
+
+#include <errno.h>
+
+#include "futex.h"
+#include "sched.h"
+#include "task.h"
+#include "weft.h"
+
+atomic_int wait_foreign_parked;
+
+static __thread struct wait thread_wait;
+
+static struct wait *arm(uint32_t state, const char *reason, const void *object)
+{
+	struct worker *w = worker_self();
+	struct wait *wt = w && w->cur ? &w->cur->wait : &thread_wait;
+	wt->reason = reason;
+	wt->object = object;
+	/* A full barrier: weft_cancel stores `cancelled` then tries to claim; wait_park checks
+	 * `cancelled` after this store. One of the two sees the other. */
+	atomic_exchange_explicit(&wt->state, state, memory_order_seq_cst);
+	return wt;
+}
+
+struct wait *wait_begin(const char *reason, const void *object)
+{
+	return arm(WAIT_PARKED, reason, object);
+}
+
+struct wait *wait_begin_nocancel(const char *reason, const void *object)
+{
+	return arm(WAIT_PARKED_NC, reason, object);
+}
+
+/* The waiter ends its own wait (deadline passed, cancelled, abandoned) if nobody has
+ * claimed it yet. No wake-up is needed: the waiter is running. */
+static bool settle(struct wait *w, int result)
+{
+	uint32_t s = atomic_load_explicit(&w->state, memory_order_relaxed);
+	while (s == WAIT_PARKED || s == WAIT_PARKED_NC)
+		if (atomic_compare_exchange_weak_explicit(&w->state, &s, (uint32_t)result,
+							  memory_order_acquire, memory_order_relaxed))
+			return true;
+	return false;
+}
+
+static int result_of(struct wait *w)
+{
+	return (int)atomic_load_explicit(&w->state, memory_order_acquire);
+}
+
+static bool pending(uint32_t s)
+{
+	return s == WAIT_PARKED || s == WAIT_PARKED_NC || s == WAIT_CLAIMED;
+}
+
+static int park_thread(struct wait *w, int64_t deadline)
+{
+	atomic_fetch_add(&wait_foreign_parked, 1);
+	for (;;) {
+		uint32_t s = atomic_load_explicit(&w->state, memory_order_acquire);
+		if (!pending(s))
+			break;
+		/* Once claimed, the waker is committed: wait for it whatever the deadline. */
+		int r = futex_wait(&w->state, s, s == WAIT_CLAIMED ? WEFT_FOREVER : deadline);
+		if (r == -ETIMEDOUT && settle(w, -ETIMEDOUT))
+			break;
+	}
+	atomic_fetch_sub(&wait_foreign_parked, 1);
+	return result_of(w);
+}
+
+int wait_park(struct wait *w, int64_t deadline)
+{
+	weft_task *t = w->task;
+	if (!t)
+		return park_thread(w, deadline);
+	if (atomic_load(&t->cancelled) &&
+	    atomic_load_explicit(&w->state, memory_order_relaxed) == WAIT_PARKED &&
+	    settle(w, -ECANCELED))
+		return -ECANCELED;
+	if (deadline != WEFT_FOREVER) {
+		if (deadline <= weft_now()) {
+			if (settle(w, -ETIMEDOUT))
+				return -ETIMEDOUT;
+		} else if (timer_add(&worker_self()->timers, &t->timer, deadline) < 0) {
+			if (settle(w, -ENOMEM))
+				return -ENOMEM;
+		}
+	}
+	sched_park();
+	timer_del(&t->timer);
+	return result_of(w);
+}
+
+int wait_abandon(struct wait *w)
+{
+	if (settle(w, 0))
+		return 0;
+	return wait_park(w, WEFT_FOREVER);
+}
+
+void wait_finish(struct wait *w, int result)
+{
+	weft_task *t = w->task;
+	atomic_store_explicit(&w->state, (uint32_t)result, memory_order_release);
+	if (t)
+		sched_ready(t);
+	else
+		futex_wake(&w->state, 1);
+}
+
+void wait_cancel(weft_task *t)
+{
+	uint32_t expect = WAIT_PARKED;
+	if (atomic_compare_exchange_strong(&t->wait.state, &expect, WAIT_CLAIMED))
+		wait_finish(&t->wait, -ECANCELED);
+}
+
+/* Deadlines: the timer is the task's own (task.h). */
+static bool timer_claim(struct timer *tm)
+{
+	weft_task *t = (weft_task *)((char *)tm - offsetof(weft_task, timer));
+	return wait_claim(&t->wait);
+}
+
+static void timer_fire(struct timer *tm)
+{
+	weft_task *t = (weft_task *)((char *)tm - offsetof(weft_task, timer));
+	atomic_store_explicit(&t->wait.state, (uint32_t)-ETIMEDOUT, memory_order_release);
+	sched_ready_tail(t);
+}
+
+int wait_expire(struct timer_heap *h, int64_t now)
+{
+	return timer_expire(h, now, timer_claim, timer_fire);
+}

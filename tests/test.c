@@ -1,0 +1,54 @@
+/* test.c - main() of every test binary (see test.h). */
+#define _GNU_SOURCE
+#include "test.h"
+
+#include <string.h>
+#include <sys/wait.h>
+
+struct test {
+	const char *name;
+	void (*fn)(void);
+};
+
+static struct test tests[256];
+static int ntests;
+const char *test_argv0;
+
+void test_register(const char *name, void (*fn)(void))
+{
+	if (ntests < 256)
+		tests[ntests++] = (struct test){ name, fn };
+}
+
+int test_spawn(const char *cmd, char *err, size_t cap)
+{
+	char full[1024];
+	snprintf(full, sizeof full, "%s 2>&1 >/dev/null", cmd);
+	FILE *p = popen(full, "r");
+	if (!p)
+		return -1;
+	size_t n = fread(err, 1, cap - 1, p);
+	err[n] = 0;
+	int st = pclose(p);
+	if (WIFSIGNALED(st))
+		return -WTERMSIG(st);
+	/* sh reports a child killed by a signal as 128 + signal */
+	return WEXITSTATUS(st) > 128 ? -(WEXITSTATUS(st) - 128) : WEXITSTATUS(st);
+}
+
+int main(int argc, char **argv)
+{
+	test_argv0 = argv[0];
+	if (argc == 2 && strcmp(argv[1], "--list") == 0) {
+		for (int i = 0; i < ntests; i++)
+			printf("%s\n", tests[i].name);
+		return 0;
+	}
+	for (int i = 0; argc >= 2 && i < ntests; i++)
+		if (strcmp(argv[1], tests[i].name) == 0) {
+			tests[i].fn();
+			return 0;
+		}
+	fprintf(stderr, "usage: %s --list | TEST\n", argv[0]);
+	return 2;
+}

@@ -1,0 +1,51 @@
+/*
+ * test.h - the smallest test harness that does the job. A test file holds TEST(name) { ... }
+ * blocks; the runner (tests/run.sh) runs each test in a process of its own:
+ *   ./t_foo --list      names, one a line
+ *   ./t_foo NAME        runs NAME; exit status 0 means it passed
+ */
+#ifndef WEFT_TEST_H
+#define WEFT_TEST_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "weft.h"
+
+void test_register(const char *name, void (*fn)(void));
+
+#define TEST(name)                                                                         \
+	static void name(void);                                                            \
+	__attribute__((constructor)) static void reg_##name(void) { test_register(#name, name); } \
+	static void name(void)
+
+#define CHECK(cond)                                                                         \
+	do {                                                                                \
+		if (!(cond)) {                                                              \
+			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+			fflush(stderr);                                                     \
+			_exit(1);                                                           \
+		}                                                                           \
+	} while (0)
+
+#define CHECK_EQ(a, b)                                                                      \
+	do {                                                                                \
+		long long a_ = (long long)(a), b_ = (long long)(b);                         \
+		if (a_ != b_) {                                                             \
+			fprintf(stderr, "%s:%d: CHECK failed: %s == %s (%lld != %lld)\n",   \
+				__FILE__, __LINE__, #a, #b, a_, b_);                        \
+			fflush(stderr);                                                     \
+			_exit(1);                                                           \
+		}                                                                           \
+	} while (0)
+
+/* Run fn as weft's main task and check that it returned 0. */
+#define RUN(fn) CHECK_EQ(weft_run((fn), NULL), 0)
+
+/* Run `cmd` (via /bin/sh) and return its exit status (-signal when killed); stderr is
+ * captured into err (NUL-terminated, cut to cap). */
+int test_spawn(const char *cmd, char *err, size_t cap);
+/* argv[0] of the test binary, to re-run itself in a child process. */
+extern const char *test_argv0;
+#endif
