@@ -1,0 +1,442 @@
+/* Tests of tasks: spawn, join, yield, sleep, cancel, execute, and their bad input. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "test.h"
+
+static atomic_long counter;
+
+static void bump(void *arg)
+{
+	(void)arg;
+	atomic_fetch_add(&counter, 1);
+}
+
+/* 10^6 tasks in waves of 10^5 alive at once. */
+static int waves(void *arg)
+{
+	(void)arg;
+	enum { WAVE = 100000, WAVES = 10 };
+	static weft_task *t[WAVE];
+	for (int w = 0; w < WAVES; w++) {
+		for (int i = 0; i < WAVE; i++)
+			CHECK((t[i] = weft_spawn(bump, NULL)));
+		for (int i = 0; i < WAVE; i++)
+			CHECK_EQ(weft_join(t[i]), 0);
+		CHECK_EQ(atomic_load(&counter), (long)(w + 1) * WAVE);
+	}
+	return 0;
+}
+
+TEST(spawn_join_million_in_waves)
+{
+	RUN(waves);
+}
+
+/* Tasks yield at random across all workers; every step is counted. */
+enum { YIELDERS = 200, STEPS = 2000 };
+static atomic_long steps;
+
+static void yielder(void *arg)
+{
+	unsigned seed = (unsigned)(uintptr_t)arg;
+	for (int i = 0; i < STEPS; i++) {
+		atomic_fetch_add(&steps, 1);
+		seed = seed * 1103515245 + 12345;
+		if ((seed >> 16) % 3)
+			weft_yield();
+	}
+}
+
+static int yields(void *arg)
+{
+	(void)arg;
+	weft_task *t[YIELDERS];
+	for (int i = 0; i < YIELDERS; i++)
+		CHECK((t[i] = weft_spawn(yielder, (void *)(uintptr_t)(i + 1))));
+	for (int i = 0; i < YIELDERS; i++)
+		CHECK_EQ(weft_join(t[i]), 0);
+	CHECK_EQ(atomic_load(&steps), (long)YIELDERS * STEPS);
+	return 0;
+}
+
+TEST(random_yields_across_workers)
+{
+	RUN(yields);
+}
+
+/* A task that yields forever does not starve the others. */
+static atomic_bool stop_spinner;
+
+static void spinner(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&stop_spinner))
+		weft_yield();
+}
+
+static int no_starvation(void *arg)
+{
+	(void)arg;
+	weft_task *s[4];
+	for (int i = 0; i < 4; i++)
+		s[i] = weft_spawn(spinner, NULL);
+	for (int i = 0; i < 100; i++)
+		CHECK_EQ(weft_join(weft_spawn(bump, NULL)), 0);
+	CHECK_EQ(weft_sleep_until(weft_now() + 1000000), 0);
+	atomic_store(&stop_spinner, true);
+	for (int i = 0; i < 4; i++)
+		CHECK_EQ(weft_join(s[i]), 0);
+	return 0;
+}
+
+TEST(yielding_task_does_not_starve_others)
+{
+	RUN(no_starvation);
+}
+
+/* Sleep: never early, and late by little on an idle machine (the 30 us bound of the issue
+ * is checked by bench/wake; a test only asserts what holds on a loaded CI machine). */
+static int sleeps(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 200; i++) {
+		int64_t d = weft_now() + 100000;
+		CHECK_EQ(weft_sleep_until(d), 0);
+		int64_t late = weft_now() - d;
+		CHECK(late >= 0);
+		CHECK(late < 50 * 1000000);
+	}
+	CHECK_EQ(weft_sleep_until(weft_now() - 1), 0); /* past deadline: returns at once */
+	return 0;
+}
+
+TEST(sleep_is_never_early)
+{
+	RUN(sleeps);
+}
+
+/* Many sleepers with different deadlines wake in deadline order per worker. */
+static atomic_int woke;
+
+static void sleeper(void *arg)
+{
+	int64_t d = (int64_t)(intptr_t)arg;
+	CHECK_EQ(weft_sleep_until(d), 0);
+	CHECK(weft_now() >= d);
+	atomic_fetch_add(&woke, 1);
+}
+
+static int many_sleepers(void *arg)
+{
+	(void)arg;
+	enum { N = 10000 };
+	int64_t base = weft_now() + 20000000;
+	static weft_task *t[N];
+	for (int i = 0; i < N; i++)
+		CHECK((t[i] = weft_spawn(sleeper, (void *)(intptr_t)(base + (i * 7919 % 1000) * 10000))));
+	for (int i = 0; i < N; i++)
+		CHECK_EQ(weft_join(t[i]), 0);
+	CHECK_EQ(atomic_load(&woke), N);
+	return 0;
+}
+
+TEST(ten_thousand_sleepers)
+{
+	RUN(many_sleepers);
+}
+
+/* Cancellation: of a sleeper, of a joiner, and of later calls. */
+static atomic_int cancelled_seen;
+
+static void sleep_forever(void *arg)
+{
+	(void)arg;
+	CHECK_EQ(weft_sleep_until(WEFT_FOREVER), -ECANCELED);
+	CHECK(weft_cancelled());
+	CHECK_EQ(weft_sleep_until(weft_now() + 1000000000), -ECANCELED); /* later calls too */
+	atomic_fetch_add(&cancelled_seen, 1);
+}
+
+static void join_it(void *arg)
+{
+	CHECK_EQ(weft_join(arg), -ECANCELED);
+	atomic_fetch_add(&cancelled_seen, 1);
+}
+
+static int cancels(void *arg)
+{
+	(void)arg;
+	weft_task *s = weft_spawn(sleep_forever, NULL);
+	weft_task *victim = weft_spawn(sleep_forever, NULL);
+	weft_task *j = weft_spawn(join_it, victim);
+	CHECK_EQ(weft_sleep_until(weft_now() + 2000000), 0);
+	CHECK_EQ(weft_cancel(s), 0);
+	CHECK_EQ(weft_cancel(j), 0);
+	CHECK_EQ(weft_join(s), 0);
+	CHECK_EQ(weft_join(j), 0);
+	CHECK_EQ(atomic_load(&cancelled_seen), 2);
+	/* victim is still joinable after its joiner was cancelled */
+	CHECK_EQ(weft_cancel(victim), 0);
+	CHECK_EQ(weft_join(victim), 0);
+	CHECK_EQ(atomic_load(&cancelled_seen), 3);
+	CHECK_EQ(weft_cancel(NULL), -EINVAL);
+	return 0;
+}
+
+TEST(cancel_sleeping_and_joining_tasks)
+{
+	RUN(cancels);
+}
+
+/* Cancel racing with wake-ups: many tasks cancelled while their sleeps expire. */
+static void short_sleep(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 20; i++) {
+		int r = weft_sleep_until(weft_now() + 10000);
+		CHECK(r == 0 || r == -ECANCELED);
+	}
+}
+
+static int cancel_races(void *arg)
+{
+	(void)arg;
+	enum { N = 2000 };
+	static weft_task *t[N];
+	for (int i = 0; i < N; i++)
+		t[i] = weft_spawn(short_sleep, NULL);
+	for (int i = 0; i < N; i += 2)
+		weft_cancel(t[i]);
+	for (int i = 0; i < N; i++)
+		CHECK_EQ(weft_join(t[i]), 0);
+	return 0;
+}
+
+TEST(cancel_races_with_deadlines)
+{
+	RUN(cancel_races);
+}
+
+/* Plain threads: join a task, cancel a sleeping task, sleep. */
+static void *thread_joins(void *arg)
+{
+	CHECK_EQ(weft_join(arg), 0);
+	return NULL;
+}
+
+static void *thread_cancels(void *arg)
+{
+	usleep(2000);
+	CHECK_EQ(weft_cancel(arg), 0);
+	return NULL;
+}
+
+static int foreign(void *arg)
+{
+	(void)arg;
+	enum { N = 64 };
+	pthread_t th[N];
+	weft_task *t[N];
+	for (int i = 0; i < N; i++) {
+		t[i] = weft_spawn(sleep_forever, NULL);
+		CHECK_EQ(pthread_create(&th[i], NULL, thread_cancels, t[i]), 0);
+	}
+	for (int i = 0; i < N; i++) {
+		CHECK_EQ(pthread_join(th[i], NULL), 0);
+		CHECK_EQ(pthread_create(&th[i], NULL, thread_joins, t[i]), 0);
+	}
+	for (int i = 0; i < N; i++)
+		CHECK_EQ(pthread_join(th[i], NULL), 0);
+	CHECK_EQ(atomic_load(&cancelled_seen), N);
+	return 0;
+}
+
+TEST(plain_threads_wake_and_join_tasks)
+{
+	RUN(foreign);
+}
+
+/* weft_execute with n = 1..1000, from a task and from plain code. */
+static int executes(void *arg)
+{
+	(void)arg;
+	long total = 0;
+	for (int n = 1; n <= 1000; n += (n < 20 ? 1 : 97)) {
+		CHECK_EQ(weft_execute(n, bump, NULL), 0);
+		total += n;
+		CHECK_EQ(atomic_load(&counter), total);
+	}
+	CHECK_EQ(weft_execute(1000, bump, NULL), 0);
+	CHECK_EQ(atomic_load(&counter), total + 1000);
+	return 0;
+}
+
+TEST(execute_one_to_a_thousand)
+{
+	RUN(executes);
+	atomic_store(&counter, 0);
+	CHECK_EQ(weft_execute(100, bump, NULL), 0); /* outside weft_run: runs it itself */
+	CHECK_EQ(atomic_load(&counter), 100);
+}
+
+static int run_count;
+
+static int once(void *arg)
+{
+	(void)arg;
+	run_count++;
+	CHECK_EQ(weft_join(weft_spawn(bump, NULL)), 0);
+	return 7;
+}
+
+TEST(run_twice_in_a_row)
+{
+	CHECK_EQ(weft_run(once, NULL), 7);
+	CHECK_EQ(weft_run(once, NULL), 7);
+	CHECK_EQ(run_count, 2);
+}
+
+/* Bad input gets a negative errno, never a crash. */
+static void nothing(void *arg)
+{
+	(void)arg;
+}
+
+static int nested(void *arg)
+{
+	(void)arg;
+	return 0;
+}
+
+static int bad_input(void *arg)
+{
+	(void)arg;
+	errno = 0;
+	CHECK(weft_spawn(NULL, NULL) == NULL && errno == EINVAL);
+	weft_spawn_opts small = { .stack_size = WEFT_STACK_MIN - 1 };
+	errno = 0;
+	CHECK(weft_spawn_opt(nothing, NULL, &small) == NULL && errno == EINVAL);
+	CHECK_EQ(weft_execute(0, nothing, NULL), -EINVAL);
+	CHECK_EQ(weft_execute(-5, nothing, NULL), -EINVAL);
+	CHECK_EQ(weft_execute(3, NULL, NULL), -EINVAL);
+	CHECK_EQ(weft_join(NULL), -EINVAL);
+	CHECK_EQ(weft_join(weft_self()), -EINVAL);
+	weft_spawn_opts det = { .detached = 1 };
+	weft_task *d = weft_spawn_opt(nothing, NULL, &det);
+	CHECK(d);
+	CHECK_EQ(weft_join(d), -EINVAL); /* before it runs: still a detached handle */
+	CHECK_EQ(weft_run(nested, NULL), -EBUSY);
+	return 0;
+}
+
+TEST(bad_input_gets_errno)
+{
+	RUN(bad_input);
+	CHECK_EQ(weft_run(NULL, NULL), -EINVAL);
+	errno = 0;
+	CHECK(weft_spawn(nothing, NULL) == NULL && errno == EINVAL); /* outside weft_run */
+}
+
+/* Options: names, ids, odd stack sizes, self. */
+static void named(void *arg)
+{
+	weft_task **out = arg;
+	*out = weft_self();
+	CHECK(strcmp(weft_task_name(weft_self()), "worker-7") == 0);
+	char big[100000];
+	memset(big, 1, sizeof big); /* uses the 256 KiB stack asked for */
+	CHECK(big[99999] == 1);
+}
+
+static int options(void *arg)
+{
+	(void)arg;
+	weft_task *seen = NULL;
+	weft_spawn_opts o = { .name = "worker-7", .stack_size = 256 * 1024 };
+	weft_task *t = weft_spawn_opt(named, &seen, &o);
+	CHECK(t && weft_task_id(t) > 0);
+	CHECK(weft_task_id(t) != weft_task_id(weft_self()));
+	CHECK(strcmp(weft_task_name(weft_self()), "main") == 0);
+	CHECK_EQ(weft_join(t), 0);
+	CHECK(seen == t);
+	return 0;
+}
+
+TEST(spawn_options_names_and_stack_sizes)
+{
+	RUN(options);
+	CHECK(weft_self() == NULL);
+}
+
+/* A stack overflow names the task; a deadlock lists the blocked tasks. Both run in a child
+ * process (this binary, with an argument) and abort it. */
+static int depth(int n)
+{
+	volatile char pad[512];
+	pad[0] = (char)n;
+	return n <= 0 ? pad[0] : depth(n - 1) + pad[0];
+}
+
+static void overflow(void *arg)
+{
+	(void)arg;
+	depth(1 << 20);
+}
+
+static int overflows(void *arg)
+{
+	(void)arg;
+	weft_spawn_opts o = { .name = "deep" };
+	weft_join(weft_spawn_opt(overflow, NULL, &o));
+	return 0;
+}
+
+TEST(child_overflow)
+{
+	weft_run(overflows, NULL);
+}
+
+TEST(stack_overflow_is_reported)
+{
+	char cmd[512], err[4096];
+	snprintf(cmd, sizeof cmd, "%s child_overflow", test_argv0);
+	int st = test_spawn(cmd, err, sizeof err);
+	CHECK(st < 0); /* killed by a signal */
+	CHECK(strstr(err, "weft: task ") && strstr(err, "(deep) overflowed its "));
+}
+
+static void wait_forever(void *arg)
+{
+	(void)arg;
+	weft_sleep_until(WEFT_FOREVER);
+}
+
+static int deadlocks(void *arg)
+{
+	(void)arg;
+	weft_spawn_opts o = { .name = "stuck-sleeper" };
+	weft_task *t = weft_spawn_opt(wait_forever, NULL, &o);
+	weft_join(t);
+	return 0;
+}
+
+TEST(child_deadlock)
+{
+	weft_run(deadlocks, NULL);
+}
+
+TEST(deadlock_is_reported)
+{
+	char cmd[512], err[4096];
+	snprintf(cmd, sizeof cmd, "%s child_deadlock", test_argv0);
+	int st = test_spawn(cmd, err, sizeof err);
+	CHECK(st < 0);
+	CHECK(strstr(err, "weft: all tasks are blocked (deadlock): 2 tasks"));
+	CHECK(strstr(err, "(stuck-sleeper): sleep"));
+	CHECK(strstr(err, "(main): join"));
+}
