@@ -22,10 +22,12 @@ void ctx_init(weft_ctx *c, void *lo, size_t size, void (*entry)(void *), void *a
 	memset(sp, 0, 6 * sizeof *sp);
 	sp[3] = (uint64_t)(uintptr_t)arg;   /* r12 */
 	sp[2] = (uint64_t)(uintptr_t)entry; /* r13 */
+#ifdef WEFT_SAVE_FPU_CONTROL
 	sp--;
 	/* Default MXCSR (all exceptions masked, round to nearest) and x87 control word. */
 	uint32_t ctl[2] = { 0x1f80, 0x037f };
 	memcpy(sp, ctl, sizeof ctl);
+#endif
 	c->sp = sp;
 }
 

@@ -1,8 +1,11 @@
 /*
  * context_x86_64.S - weft_ctx_swap for the System V x86-64 ABI.
  *
- * Saves only what the ABI makes callee-saved: rbx, rbp, r12-r15, the MXCSR control bits and
- * the x87 control word. Everything else is dead across a call anyway.
+ * Saves the registers the ABI makes callee-saved: rbx, rbp, r12-r15. The ABI also makes the
+ * MXCSR control bits and the x87 control word callee-saved, but saving them (stmxcsr, fnstcw)
+ * costs more than all the rest of the switch, and all tasks of a process share one setting
+ * unless a task changes it, so, as Go's runtime does, weft leaves them to the worker thread.
+ * Build with -DWEFT_SAVE_FPU_CONTROL for per-task floating-point control state.
  *
  *   void weft_ctx_swap(void **save, void *load)   rdi = save, rsi = load
  */
@@ -20,14 +23,18 @@ weft_ctx_swap:
 	pushq	%r13
 	pushq	%r14
 	pushq	%r15
+#ifdef WEFT_SAVE_FPU_CONTROL
 	subq	$8, %rsp
 	stmxcsr	(%rsp)
 	fnstcw	4(%rsp)
+#endif
 	movq	%rsp, (%rdi)
 	movq	%rsi, %rsp
+#ifdef WEFT_SAVE_FPU_CONTROL
 	ldmxcsr	(%rsp)
 	fldcw	4(%rsp)
 	addq	$8, %rsp
+#endif
 	popq	%r15
 	popq	%r14
 	popq	%r13

@@ -45,6 +45,7 @@
 #define NEXT_STREAK 64
 #define GLOBAL_EVERY 61
 #define STEAL_ROUNDS 4
+#define SPIN_NS 20000
 
 static struct {
 	int n;
@@ -66,13 +67,15 @@ static struct {
 } S = { .gq_lock = PTHREAD_MUTEX_INITIALIZER, .idle_lock = PTHREAD_MUTEX_INITIALIZER };
 
 static atomic_bool running;
-static __thread struct worker *tls_worker __attribute__((tls_model("initial-exec")));
+__thread struct worker *worker_tls __attribute__((tls_model("initial-exec")));
 
+#if !defined(__x86_64__)
 __attribute__((noinline)) struct worker *worker_self(void)
 {
 	__asm__ __volatile__("" ::: "memory");
-	return tls_worker;
+	return worker_tls;
 }
+#endif
 
 bool sched_running(void)
 {
@@ -127,16 +130,20 @@ static weft_task *global_pop(struct worker *w)
 }
 
 /* A full ring moves half of itself, plus t, to the global queue. */
-static void push_local(struct worker *w, weft_task *t)
+static __attribute__((noinline)) void spill(struct worker *w, weft_task *t)
 {
-	if (runq_push(&w->q, t))
-		return;
 	weft_task *batch[RUNQ_SIZE / 2 + 1];
 	uint32_t n = runq_grab(&w->q, batch, RUNQ_SIZE / 2);
 	batch[n++] = t;
 	for (uint32_t i = 0; i + 1 < n; i++)
 		batch[i]->link = batch[i + 1];
 	global_push(batch[0], batch[n - 1], (int)n);
+}
+
+static inline void push_local(struct worker *w, weft_task *t)
+{
+	if (!runq_push(&w->q, t))
+		spill(w, t);
 }
 
 static bool work_anywhere(void)
@@ -219,7 +226,7 @@ _Noreturn static void overflow_abort(weft_task *t)
 	abort();
 }
 
-static void finish_switch(void *fake_stack)
+static inline __attribute__((always_inline)) void finish_switch(void *fake_stack)
 {
 #ifdef WEFT_ASAN
 	__sanitizer_finish_switch_fiber(fake_stack, NULL, NULL);
@@ -243,9 +250,10 @@ void sched_finish_switch(void)
 }
 
 /* Switch from `from` (NULL: the idle loop) to `to` (NULL: the idle loop). */
-static void switch_to(struct worker *w, weft_task *from, weft_task *to)
+static inline __attribute__((always_inline)) void switch_to(struct worker *w, weft_task *from,
+							     weft_task *to)
 {
-	if (from && !stack_canary_ok(&from->stk))
+	if (from && !stack_intact(&from->stk, __builtin_frame_address(0)))
 		overflow_abort(from);
 	if (to) {
 		while (atomic_load_explicit(&to->on_cpu, memory_order_acquire))
@@ -280,7 +288,7 @@ static void run_timers(struct worker *w)
 }
 
 /* The next task to run from w's own queues, or NULL. */
-static weft_task *pick(struct worker *w)
+static inline weft_task *pick(struct worker *w)
 {
 	weft_task *t;
 	if (atomic_load_explicit(&S.stop, memory_order_relaxed))
@@ -499,12 +507,25 @@ static void idle(struct worker *w)
 
 static void worker_loop(struct worker *w)
 {
+	int64_t spin_since = 0;
 	while (!atomic_load(&S.stop)) {
 		weft_task *t = find_work(w);
 		if (!t) {
+			/* Keep looking a little while before sleeping: work often comes back within
+			 * microseconds, and a futex sleep and wake-up cost several. */
+			int64_t now = weft_now();
+			if (!spin_since)
+				spin_since = now;
+			if (w->spinning && now - spin_since < SPIN_NS) {
+				for (int i = 0; i < 16; i++)
+					cpu_relax();
+				continue;
+			}
 			idle(w);
+			spin_since = 0;
 			continue;
 		}
+		spin_since = 0;
 		if (w->spinning)
 			stop_spinning(w);
 		switch_to(w, NULL, t);
@@ -525,7 +546,7 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 
 static void worker_enter(struct worker *w)
 {
-	tls_worker = w;
+	worker_tls = w;
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); /* sleep until deadlines to the microsecond */
 	stack_t ss = { .ss_sp = w->altstack, .ss_size = 64 * 1024 };
 	sigaltstack(&ss, NULL);
@@ -546,7 +567,7 @@ static void worker_leave(struct worker *w)
 	stack_t ss = { .ss_flags = SS_DISABLE };
 	sigaltstack(&ss, NULL);
 	(void)w;
-	tls_worker = NULL;
+	worker_tls = NULL;
 }
 
 static void *worker_thread(void *arg)

@@ -41,9 +41,20 @@ struct worker {
 	void *tsan_fiber;
 };
 
-/* The worker running the caller, or NULL on a plain thread. Not inlined: a task can resume
- * on another worker, so the thread-local address must be computed afresh at each call. */
+/* The worker running the caller, or NULL on a plain thread. A task can resume on another
+ * worker, so the thread-local variable must be read afresh after every switch: on x86-64 each
+ * read is one %fs-relative load, which the compiler cannot move across the switch (an opaque
+ * call); elsewhere the compiler may keep a thread pointer in a register across calls, so the
+ * read goes through a function that is never inlined. */
+#if defined(__x86_64__)
+extern __thread struct worker *worker_tls __attribute__((tls_model("initial-exec")));
+static inline struct worker *worker_self(void)
+{
+	return worker_tls;
+}
+#else
 struct worker *worker_self(void);
+#endif
 
 /* Make a parked or new task runnable: onto the calling worker's `next` slot (it runs right
  * after the caller), or the global queue when called from a plain thread. */

@@ -10,9 +10,12 @@
  *  - The first `guard_budget` slots get a real guard page (mprotect), sized from
  *    vm.max_map_count so that half of the mappings stay for the program. A task that overflows
  *    one of them faults on the guard page and weft names it (see task.c).
- *  - Beyond the budget a slot's lowest word holds a canary, checked at every switch away from
- *    the task. An overflow is then caught after the fact, at the task's next switch, possibly
- *    after it has scribbled on the top of the slot below; the message is the same.
+ *  - Beyond the budget a slot has no guard page. At every switch away from such a task weft
+ *    checks that its stack pointer is inside the stack and that the slot's lowest word is
+ *    still zero (reading an untouched page maps the kernel's zero page: the check costs no
+ *    memory, where writing a canary value would cost a page per task). An overflow is then
+ *    caught after the fact, at the task's next switch, possibly after it has scribbled on the
+ *    top of the slot below; the message is the same.
  *
  * Slots are recycled through a per-worker cache (no lock, no system call in steady state),
  * which overflows into a global free list. Odd-sized stacks get a mapping of their own and
@@ -111,6 +114,8 @@ static struct stack *carve(void)
 			free(r);
 			return NULL;
 		}
+		/* A huge page would turn each parked task's one touched page into 2 MiB. */
+		madvise(m, g.slot * REGION_SLOTS, MADV_NOHUGEPAGE);
 		*r = (struct region){ .next = g.regions, .base = m };
 		g.regions = r;
 	}
@@ -124,6 +129,7 @@ static struct stack *get_odd(size_t size)
 		       -1, 0);
 	if (m == MAP_FAILED)
 		return NULL;
+	madvise(m, len, MADV_NOHUGEPAGE);
 	pthread_mutex_lock(&g.lock);
 	struct stack *s = setup(m, len, false);
 	s->next = g.odd;
@@ -180,7 +186,6 @@ struct stack *stack_get(struct stack_cache *c, size_t size)
 	s->next = s->prev = NULL;
 	s->size = (size_t)((char *)s - (char *)s->lo);
 	san_unpoison(s->lo, s->size);
-	*(uint64_t *)s->lo = STACK_CANARY;
 #ifdef WEFT_VALGRIND
 	s->valgrind_id = VALGRIND_STACK_REGISTER(s->lo, (char *)s->lo + s->size);
 #endif

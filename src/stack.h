@@ -27,8 +27,6 @@ struct stack_cache {
 	int n;
 };
 
-#define STACK_CANARY 0x5745465443414e59ull /* "WEFTCANY" */
-
 /* Once per weft_run, before any stack_get: record_size bytes at the top of each slot hold
  * the caller's record, which starts with struct stack. */
 void stack_init(size_t record_size);
@@ -39,9 +37,11 @@ void stack_put(struct stack_cache *c, struct stack *s);
 void stack_cache_drain(struct stack_cache *c);
 /* The record of the slot that contains addr's guard page, or NULL. */
 struct stack *stack_of_guard(const void *addr);
-static inline bool stack_canary_ok(const struct stack *s)
+/* False when a stack without guard page has overflowed (see stack.c); sp is the stack
+ * pointer of its task, taken at a switch. */
+static inline bool stack_intact(const struct stack *s, const void *sp)
 {
-	return *(const uint64_t *)s->lo == STACK_CANARY;
+	return s->guarded || ((const char *)sp > (const char *)s->lo && *(const uint64_t *)s->lo == 0);
 }
 /* Call fn on every record handed out and not yet put back. Only when the workers are quiet. */
 void stack_each_live(void (*fn)(struct stack *s, void *ctx), void *ctx);
