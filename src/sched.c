@@ -186,7 +186,7 @@ static void wake_idle(void)
 
 void sched_ready(weft_task *t)
 {
-	t->state = TASK_RUNNABLE;
+	task_set_state(t, TASK_RUNNABLE);
 	struct worker *w = worker_self();
 	if (!w) {
 		global_push(t, t, 1);
@@ -203,7 +203,7 @@ void sched_ready(weft_task *t)
 
 void sched_ready_tail(weft_task *t)
 {
-	t->state = TASK_RUNNABLE;
+	task_set_state(t, TASK_RUNNABLE);
 	struct worker *w = worker_self();
 	if (!w) {
 		global_push(t, t, 1);
@@ -238,7 +238,7 @@ static inline __attribute__((always_inline)) void finish_switch(void *fake_stack
 	if (!p)
 		return;
 	w->prev = NULL;
-	if (p->state == TASK_DONE && p->detached)
+	if (task_state(p) == TASK_DONE && p->detached)
 		task_release(p);
 	else
 		atomic_store_explicit(&p->on_cpu, 0, memory_order_release);
@@ -259,14 +259,14 @@ static inline __attribute__((always_inline)) void switch_to(struct worker *w, we
 		while (atomic_load_explicit(&to->on_cpu, memory_order_acquire))
 			cpu_relax();
 		atomic_store_explicit(&to->on_cpu, 1, memory_order_relaxed);
-		to->state = TASK_RUNNING;
+		task_set_state(to, TASK_RUNNING);
 	}
 	w->prev = from;
 	w->cur = to;
 	w->tick++;
 #ifdef WEFT_ASAN
 	void **fake = !from ? &w->idle_fake_stack
-			    : from->state == TASK_DONE ? NULL : &from->asan_fake_stack;
+			    : task_state(from) == TASK_DONE ? NULL : &from->asan_fake_stack;
 	__sanitizer_start_switch_fiber(fake, to ? to->stk.lo : w->stack_bottom,
 				       to ? to->stk.size : w->stack_size);
 #endif
@@ -315,10 +315,10 @@ void sched_park(void)
 {
 	struct worker *w = worker_self();
 	weft_task *self = w->cur;
-	self->state = TASK_PARKED;
+	task_set_state(self, TASK_PARKED);
 	weft_task *next = pick(w);
 	if (next == self) { /* its deadline expired inside pick */
-		self->state = TASK_RUNNING;
+		task_set_state(self, TASK_RUNNING);
 		return;
 	}
 	switch_to(w, self, next);
@@ -329,7 +329,7 @@ _Noreturn void sched_exit(void)
 	struct worker *w = worker_self();
 	weft_task *self = w->cur;
 	w->exited++;
-	self->state = TASK_DONE;
+	task_set_state(self, TASK_DONE);
 	switch_to(w, self, pick(w));
 	abort(); /* unreachable: nobody switches back to a finished task */
 }
@@ -347,7 +347,7 @@ void weft_yield(void)
 		next = global_pop(w);
 	if (!next)
 		return;
-	self->state = TASK_RUNNABLE;
+	task_set_state(self, TASK_RUNNABLE);
 	push_local(w, self);
 	switch_to(w, self, next);
 }
@@ -434,7 +434,7 @@ static void print_blocked(struct stack *s, void *ctx)
 {
 	weft_task *t = (weft_task *)s;
 	int *shown = ctx;
-	if (t->state != TASK_PARKED || (*shown)++ >= 20)
+	if (task_state(t) != TASK_PARKED || (*shown)++ >= 20)
 		return;
 	fprintf(stderr, "  task %llu (%s): %s\n", (unsigned long long)t->id, t->name,
 		t->wait.reason ? t->wait.reason : "?");
@@ -479,6 +479,11 @@ static void idle_remove(struct worker *w)
 /* Nothing to do: sleep until woken or until w's earliest deadline. */
 static void idle(struct worker *w)
 {
+	/* Stop spinning before joining the idle list: from then on a waker may make us spin. */
+	if (w->spinning) {
+		w->spinning = false;
+		atomic_fetch_sub(&S.nspinning, 1);
+	}
 	pthread_mutex_lock(&S.idle_lock);
 	w->idle_link = S.idle;
 	S.idle = w;
@@ -486,10 +491,6 @@ static void idle(struct worker *w)
 	atomic_store(&w->wake_word, 0);
 	atomic_fetch_add(&S.nidle, 1);
 	pthread_mutex_unlock(&S.idle_lock);
-	if (w->spinning) {
-		w->spinning = false;
-		atomic_fetch_sub(&S.nspinning, 1);
-	}
 	int64_t deadline = atomic_load(&w->timers.first);
 	if (!work_anywhere() && !atomic_load(&S.stop)) {
 		if (deadline == INT64_MAX) {
@@ -664,7 +665,6 @@ int weft_run(int (*main_task)(void *), void *arg)
 	S.main_result = 0;
 	atomic_store(&S.stop, false);
 	atomic_store(&S.ids, 1);
-	S.threads_at_start = count_threads();
 	stack_init(sizeof(weft_task));
 	int n = worker_count(), err = init_workers(n);
 	if (err) {
@@ -689,6 +689,8 @@ int weft_run(int (*main_task)(void *), void *arg)
 			break;
 		}
 	}
+	/* Counted once the workers exist: a sanitizer may start a helper thread with them. */
+	S.threads_at_start = count_threads() - (n - 1);
 	worker_loop(S.w[0]);
 	for (int i = 1; i < started; i++)
 		pthread_join(S.w[i]->thread, NULL);

@@ -20,7 +20,7 @@ struct weft_task {
 	weft_ctx ctx;
 	weft_task *link;           /* global run queue */
 	atomic_int on_cpu;         /* set while some worker runs on this stack */
-	int state;                 /* enum task_state; informational (dumps, deadlock report) */
+	atomic_int state;          /* enum task_state; see task_state() */
 	struct wait wait;          /* the one wait record the task parks on */
 	struct timer timer;        /* deadline of its current timed wait */
 	void (*fn)(void *);
@@ -35,6 +35,18 @@ struct weft_task {
 	void *tsan_fiber;          /* sanitizer.h: TSan's fiber */
 	char name[32];
 };
+
+/* A task's state is written by the task, its wakers and its worker; it steers nothing but
+ * finish_switch (written and read by one thread there), so relaxed accesses do. */
+static inline int task_state(const weft_task *t)
+{
+	return atomic_load_explicit(&t->state, memory_order_relaxed);
+}
+
+static inline void task_set_state(weft_task *t, int s)
+{
+	atomic_store_explicit(&t->state, s, memory_order_relaxed);
+}
 
 struct worker;
 struct weft_spawn_opts;

@@ -10,12 +10,14 @@ for bin in "$@"; do
 	names=$($RUNNER "$bin" --list) || { echo "FAIL $bin --list"; fail=$((fail + 1)); continue; }
 	for t in $names; do
 		start=$(date +%s.%N)
-		if timeout -k 5 "$limit" $RUNNER "$bin" "$t" >"$log" 2>&1; then
+		timeout -k 5 "$limit" $RUNNER "$bin" "$t" >"$log" 2>&1
+		rc=$?
+		if [ $rc -eq 0 ]; then
 			pass=$((pass + 1))
 			printf 'ok   %-40s %6.2fs\n' "$(basename "$bin") $t" "$(awk "BEGIN{print $(date +%s.%N) - $start}")"
 		else
 			fail=$((fail + 1))
-			echo "FAIL $(basename "$bin") $t (exit $?)"
+			echo "FAIL $(basename "$bin") $t (exit $rc$([ $rc -eq 124 ] && echo ', timed out'))"
 			sed 's/^/     | /' "$log" | tail -n 40
 		fi
 	done

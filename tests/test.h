@@ -13,6 +13,15 @@
 
 #include "weft.h"
 
+/* TSan treats each task as a thread and allows at most 8,128 live at once: tests that keep
+ * more tasks alive scale down to this under TSan (they run at full size in the other builds). */
+#if defined(__SANITIZE_THREAD__)
+#define TEST_MAX_LIVE 4000
+#else
+#define TEST_MAX_LIVE 1000000
+#endif
+#define TEST_CAP(n) ((n) < TEST_MAX_LIVE ? (n) : TEST_MAX_LIVE)
+
 void test_register(const char *name, void (*fn)(void));
 
 #define TEST(name)                                                                         \
