@@ -17,6 +17,9 @@ CC       ?= cc
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=gnu11 -Wall -Wextra -fPIC -pthread -Iinclude -iquote src -fno-omit-frame-pointer
 LDLIBS   += -pthread
+ifeq ($(CI),true)
+WERROR   := 1
+endif
 ifneq ($(WERROR),)
 CFLAGS   += -Werror
 endif
@@ -79,6 +82,14 @@ $(B)/obj $(B)/tests $(B)/bench $(B)/bin:
 test: $(TESTS)
 	@RUNNER='$(RUNNER)' sh tests/run.sh $(TESTS)
 
+# Every build the CI checks: sanitizers, the aarch64 cross build under qemu-user, then the
+# plain build, whose summary line comes last.
+test-all:
+	$(MAKE) -j2 test SANITIZE=address
+	$(MAKE) -j2 test SANITIZE=thread
+	$(MAKE) -j2 test ARCH=aarch64
+	$(MAKE) -j2 test
+
 bench: $(BENCHES) $(B)/libweft.a
 	@sh bench/run.sh $(B)/bench
 
@@ -92,5 +103,5 @@ install: $(B)/libweft.a $(B)/libweft.so weft.pc
 clean:
 	rm -rf build build-asan build-tsan build-aarch64 weft.pc
 
-.PHONY: all test bench install clean
+.PHONY: all test test-all bench install clean
 .SECONDARY:

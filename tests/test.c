@@ -23,7 +23,8 @@ void test_register(const char *name, void (*fn)(void))
 int test_spawn(const char *cmd, char *err, size_t cap)
 {
 	char full[1024];
-	snprintf(full, sizeof full, "%s 2>&1 >/dev/null", cmd);
+	const char *runner = getenv("RUNNER"); /* qemu-user for cross builds: see tests/run.sh */
+	snprintf(full, sizeof full, "%s %s 2>&1 >/dev/null", runner ? runner : "", cmd);
 	FILE *p = popen(full, "r");
 	if (!p)
 		return -1;
