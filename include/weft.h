@@ -73,8 +73,10 @@ weft_task *weft_spawn_opt(void (*fn)(void *), void *arg, const weft_spawn_opts *
 
 /*
  * Wait for t to finish and release it. Returns 0; -EINVAL for NULL, a detached task, joining
- * oneself, or a task already being joined; -ECANCELED if the caller was cancelled while waiting
- * (t stays joinable). Joining a task twice is undefined: the handle is freed by the first join.
+ * oneself, a task another caller is already joining, or a handle already joined; -ECANCELED if
+ * the caller was cancelled while waiting (t stays joinable). A joined handle's memory is reused
+ * by later spawns: once a newer task has taken it over, joining the old handle again is
+ * undefined, as with pthread_join.
  */
 int weft_join(weft_task *t);
 

@@ -18,8 +18,10 @@
  *    top of the slot below; the message is the same.
  *
  * Slots are recycled through a per-worker cache (no lock, no system call in steady state),
- * which overflows into a global free list. Odd-sized stacks get a mapping of their own and
- * are unmapped when their task is released.
+ * which overflows into a global free list. Odd-sized stacks get a mapping of their own, kept
+ * on a global free list for the next spawn of the same size. No slot is unmapped before
+ * weft_run ends, so a stale task handle still points at readable memory (weft_join uses this
+ * to reject a handle already joined).
  */
 #define _GNU_SOURCE
 #include "stack.h"
@@ -49,7 +51,8 @@ static struct {
 	long guard_budget;
 	struct region *regions;
 	struct stack *free;   /* pooled slots given back by full caches */
-	struct stack *odd;    /* every odd-sized stack handed out */
+	struct stack *odd;    /* every odd-sized stack, linked through next */
+	struct stack *odd_free; /* those not in use, linked through free_next */
 } g = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 size_t stack_default_size(void)
@@ -122,20 +125,33 @@ static struct stack *carve(void)
 	return setup(r->base + g.slot * r->used++, g.slot, true);
 }
 
+static struct stack *reuse_odd(size_t len)
+{
+	pthread_mutex_lock(&g.lock);
+	struct stack **p = &g.odd_free;
+	while (*p && (*p)->map_size != len)
+		p = &(*p)->free_next;
+	struct stack *s = *p;
+	if (s)
+		*p = s->free_next;
+	pthread_mutex_unlock(&g.lock);
+	return s;
+}
+
 static struct stack *get_odd(size_t size)
 {
 	size_t len = (g.page + size + g.record + g.page - 1) & ~(g.page - 1);
+	struct stack *s = reuse_odd(len);
+	if (s)
+		return s;
 	void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
 		       -1, 0);
 	if (m == MAP_FAILED)
 		return NULL;
 	madvise(m, len, MADV_NOHUGEPAGE);
 	pthread_mutex_lock(&g.lock);
-	struct stack *s = setup(m, len, false);
+	s = setup(m, len, false);
 	s->next = g.odd;
-	s->prev = NULL;
-	if (g.odd)
-		g.odd->prev = s;
 	g.odd = s;
 	pthread_mutex_unlock(&g.lock);
 	return s;
@@ -183,7 +199,8 @@ struct stack *stack_get(struct stack_cache *c, size_t size)
 		errno = ENOMEM;
 		return NULL;
 	}
-	s->next = s->prev = NULL;
+	if (s->pooled)
+		s->next = NULL;
 	s->size = (size_t)((char *)s - (char *)s->lo);
 	san_unpoison(s->lo, s->size);
 #ifdef WEFT_VALGRIND
@@ -197,22 +214,14 @@ void stack_put(struct stack_cache *c, struct stack *s)
 #ifdef WEFT_VALGRIND
 	VALGRIND_STACK_DEREGISTER(s->valgrind_id);
 #endif
+	s->size = 0; /* marks the record free (stack_each_live, weft_join) */
 	if (!s->pooled) {
 		pthread_mutex_lock(&g.lock);
-		if (s->prev)
-			s->prev->next = s->next;
-		else
-			g.odd = s->next;
-		if (s->next)
-			s->next->prev = s->prev;
-		if (s->guarded)
-			g.guard_budget++;
+		s->free_next = g.odd_free;
+		g.odd_free = s;
 		pthread_mutex_unlock(&g.lock);
-		san_unpoison(s->map, s->map_size);
-		munmap(s->map, s->map_size);
 		return;
 	}
-	s->size = 0; /* marks the record free for stack_each_live */
 	if (!c) { /* a plain thread joined the task */
 		pthread_mutex_lock(&g.lock);
 		s->next = g.free;
@@ -267,7 +276,8 @@ void stack_each_live(void (*fn)(struct stack *s, void *ctx), void *ctx)
 				fn(s, ctx);
 		}
 	for (struct stack *s = g.odd; s; s = s->next)
-		fn(s, ctx);
+		if (s->size)
+			fn(s, ctx);
 }
 
 void stack_release_all(void)
@@ -287,5 +297,6 @@ void stack_release_all(void)
 		munmap(s->map, s->map_size);
 	}
 	g.free = NULL;
+	g.odd_free = NULL;
 	pthread_mutex_unlock(&g.lock);
 }

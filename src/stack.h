@@ -16,7 +16,7 @@ struct stack {
 	void *map;           /* the slot: guard page + usable bytes + record */
 	size_t map_size;
 	struct stack *next;  /* free list (pooled) or list of all odd-sized stacks */
-	struct stack *prev;
+	struct stack *free_next; /* free odd-sized stacks */
 	bool guarded;        /* a PROT_NONE page sits just below lo */
 	bool pooled;         /* a default-size slot carved from a region */
 	unsigned valgrind_id;
@@ -33,7 +33,7 @@ void stack_init(size_t record_size);
 /* A stack of at least `size` usable bytes (0: the default), or NULL with errno ENOMEM. */
 struct stack *stack_get(struct stack_cache *c, size_t size);
 /* c may be NULL (a plain thread): the slot goes to the global list. */
-void stack_put(struct stack_cache *c, struct stack *s);
+void stack_put(struct stack_cache *c, struct stack *s);  /* marks it free: size = 0 */
 void stack_cache_drain(struct stack_cache *c);
 /* The record of the slot that contains addr's guard page, or NULL. */
 struct stack *stack_of_guard(const void *addr);

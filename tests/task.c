@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
+#include <time.h>
 
 #include "test.h"
 
@@ -331,6 +332,15 @@ static int bad_input(void *arg)
 	weft_task *d = weft_spawn_opt(nothing, NULL, &det);
 	CHECK(d);
 	CHECK_EQ(weft_join(d), -EINVAL); /* before it runs: still a detached handle */
+	weft_yield();
+	CHECK_EQ(weft_join(d), -EINVAL); /* after it has exited */
+	weft_task *j = weft_spawn(nothing, NULL);
+	CHECK_EQ(weft_join(j), 0);
+	CHECK_EQ(weft_join(j), -EINVAL); /* joined already */
+	weft_spawn_opts odd = { .stack_size = 100 * 1024 };
+	j = weft_spawn_opt(nothing, NULL, &odd);
+	CHECK_EQ(weft_join(j), 0);
+	CHECK_EQ(weft_join(j), -EINVAL); /* odd-sized stacks too */
 	CHECK_EQ(weft_run(nested, NULL), -EBUSY);
 	return 0;
 }
@@ -366,6 +376,25 @@ static int options(void *arg)
 	CHECK_EQ(weft_join(t), 0);
 	CHECK(seen == t);
 	return 0;
+}
+
+/* An idle program uses no CPU: the workers sleep. */
+static int idle_program(void *arg)
+{
+	(void)arg;
+	struct timespec c0, c1;
+	weft_sleep_until(weft_now() + 50000000); /* let start-up settle */
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+	CHECK_EQ(weft_sleep_until(weft_now() + 300000000), 0);
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+	int64_t used = (c1.tv_sec - c0.tv_sec) * 1000000000LL + (c1.tv_nsec - c0.tv_nsec);
+	CHECK(used < 30000000); /* under 10% of one core over 300 ms */
+	return 0;
+}
+
+TEST(idle_program_uses_no_cpu)
+{
+	RUN(idle_program);
 }
 
 TEST(spawn_options_names_and_stack_sizes)
