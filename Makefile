@@ -41,7 +41,7 @@ CC       := aarch64-linux-gnu-gcc
 RUNNER   := qemu-aarch64 -L /usr/aarch64-linux-gnu
 endif
 
-LIB_SRC  := $(wildcard src/*.c)
+LIB_SRC  := $(filter-out src/shim.c,$(wildcard src/*.c))
 LIB_ASM  := $(wildcard src/*.S)
 LIB_OBJ  := $(LIB_SRC:src/%.c=$(B)/obj/%.o) $(LIB_ASM:src/%.S=$(B)/obj/%.o)
 HDRS     := include/weft.h $(wildcard src/*.h)
@@ -50,7 +50,7 @@ TESTS    := $(patsubst tests/%.c,$(B)/tests/%,$(filter-out tests/test.c,$(wildca
 BENCHES  := $(patsubst bench/%.c,$(B)/bench/%,$(wildcard bench/*.c))
 EXAMPLES := $(patsubst examples/%.c,$(B)/bin/%,$(wildcard examples/*.c))
 
-all: $(B)/libweft.a $(B)/libweft.so $(B)/weft.pc $(EXAMPLES) $(BENCHES) $(TESTS)
+all: $(B)/libweft.a $(B)/libweft.so $(B)/libweft-shim.so $(B)/weft.pc $(EXAMPLES) $(BENCHES) $(TESTS)
 ifeq ($(B),build)
 all: weft.pc
 endif
@@ -65,12 +65,19 @@ $(B)/libweft.a: $(LIB_OBJ)
 $(B)/libweft.so: $(LIB_OBJ)
 	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# The shim calls into the program's own weft, so it links to libweft.so (found beside it).
+$(B)/libweft-shim.so: src/shim.c $(HDRS) $(B)/libweft.so
+	$(CC) $(CFLAGS) -shared $(LDFLAGS) -o $@ src/shim.c -L$(B) -lweft -Wl,-rpath,'$$ORIGIN' -ldl $(LDLIBS)
+
 weft.pc $(B)/weft.pc: Makefile
 	@mkdir -p $(B)
 	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: weft\nDescription: lightweight tasks, channels and task-aware locks over one worker per core\nVersion: 0.1.0\nLibs: -L$${libdir} -lweft\nLibs.private: -pthread\nCflags: -I$${includedir}\n' '$(PREFIX)' > $@
 
 $(B)/tests/%: tests/%.c tests/test.c tests/test.h $(B)/libweft.a | $(B)/tests
 	$(CC) $(CFLAGS) -Itests $(LDFLAGS) -o $@ $< tests/test.c $(B)/libweft.a $(LDLIBS)
+# Tests of the shim link to libweft.so, as programs that use the shim must.
+$(B)/tests/shim: tests/shim.c tests/test.c tests/test.h $(B)/libweft.so $(B)/libweft-shim.so | $(B)/tests
+	$(CC) $(CFLAGS) -Itests $(LDFLAGS) -o $@ $< tests/test.c -L$(B) -lweft -Wl,-rpath,'$$ORIGIN/..' $(LDLIBS)
 $(B)/bench/%: bench/%.c bench/bench.h $(B)/libweft.a | $(B)/bench
 	$(CC) $(CFLAGS) -Ibench $(LDFLAGS) -o $@ $< $(B)/libweft.a $(LDLIBS)
 $(B)/bin/%: examples/%.c $(B)/libweft.a | $(B)/bin
@@ -93,11 +100,11 @@ test-all:
 bench: $(BENCHES) $(B)/libweft.a
 	@sh bench/run.sh $(B)/bench
 
-install: $(B)/libweft.a $(B)/libweft.so weft.pc
+install: $(B)/libweft.a $(B)/libweft.so $(B)/libweft-shim.so weft.pc
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 644 include/weft.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(B)/libweft.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(B)/libweft.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(B)/libweft.so $(B)/libweft-shim.so $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 weft.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
 
 clean:

@@ -37,7 +37,9 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include "blocking.h"
 #include "futex.h"
+#include "poll.h"
 #include "sanitizer.h"
 #include "wait.h"
 #include "weft.h"
@@ -45,12 +47,15 @@
 #define NEXT_STREAK 64
 #define GLOBAL_EVERY 61
 #define STEAL_ROUNDS 4
+#define BUSY_POLL_NS 20000  /* a busy worker polls fds at most this often */
+#define STUCK_NS 2000000    /* a worker on one task this long with work queued is stuck */
 #define SPIN_NS 20000       /* an idle worker looks for work this long before sleeping */
 #define TIMER_SPIN_NS 20000 /* and wakes this long before a deadline, then spins up to it:
 			     * a futex timeout alone ends 20-60 us late on a virtual machine */
 
 static struct {
-	int n;
+	atomic_int n;                 /* workers running (grows when the monitor starts a spare) */
+	int cap;                      /* workers allocated: the first n_cores, then spares */
 	struct worker **w;
 	pthread_mutex_t gq_lock;
 	weft_task *gq_head, *gq_tail;
@@ -65,6 +70,10 @@ static struct {
 	int main_result;
 	bool deadlock_check;
 	int threads_at_start;
+	atomic_bool polling;          /* a worker is inside poll_run */
+	_Atomic int64_t last_poll;
+	pthread_t monitor;
+	_Atomic uint32_t monitor_word; /* futex: the monitor sleeps on it, stop_all wakes it */
 	struct sigaction old_segv;
 } S = { .gq_lock = PTHREAD_MUTEX_INITIALIZER, .idle_lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -160,6 +169,16 @@ static bool work_anywhere(void)
 
 /* ---- idle workers ------------------------------------------------------------------------ */
 
+/* v was taken off the idle list (lock held then): end its sleep. */
+static void wake_worker(struct worker *v)
+{
+	atomic_store_explicit(&v->wake_word, 1, memory_order_release);
+	if (atomic_load(&v->in_epoll))
+		poll_interrupt();
+	else
+		futex_wake(&v->wake_word, 1);
+}
+
 /* Wake one sleeping worker to look for work, unless one is already looking. */
 static void wake_idle(void)
 {
@@ -182,8 +201,7 @@ static void wake_idle(void)
 		atomic_fetch_sub(&S.nspinning, 1);
 		return;
 	}
-	atomic_store_explicit(&v->wake_word, 1, memory_order_release);
-	futex_wake(&v->wake_word, 1);
+	wake_worker(v);
 }
 
 void sched_ready(weft_task *t)
@@ -265,7 +283,9 @@ static inline __attribute__((always_inline)) void switch_to(struct worker *w, we
 	}
 	w->prev = from;
 	w->cur = to;
-	w->tick++;
+	/* Only the owner writes tick: a plain increment, atomic only for the monitor's reads. */
+	atomic_store_explicit(&w->tick, atomic_load_explicit(&w->tick, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
 #ifdef WEFT_ASAN
 	void **fake = !from ? &w->idle_fake_stack
 			    : task_state(from) == TASK_DONE ? NULL : &from->asan_fake_stack;
@@ -289,14 +309,29 @@ static void run_timers(struct worker *w)
 	}
 }
 
+/* Under load no worker sleeps in epoll: poll without waiting now and then. */
+static void busy_poll(void)
+{
+	if (!poll_waiters() || atomic_load_explicit(&S.polling, memory_order_relaxed))
+		return;
+	int64_t now = weft_now();
+	if (now - atomic_load_explicit(&S.last_poll, memory_order_relaxed) < BUSY_POLL_NS ||
+	    atomic_exchange(&S.polling, true))
+		return;
+	atomic_store_explicit(&S.last_poll, now, memory_order_relaxed);
+	poll_run(0);
+	atomic_store(&S.polling, false);
+}
+
 /* The next task to run from w's own queues, or NULL. */
 static inline weft_task *pick(struct worker *w)
 {
 	weft_task *t;
 	if (atomic_load_explicit(&S.stop, memory_order_relaxed))
 		return NULL;
-	if (w->tick % GLOBAL_EVERY == 0) {
+	if (atomic_load_explicit(&w->tick, memory_order_relaxed) % GLOBAL_EVERY == 0) {
 		run_timers(w);
+		busy_poll();
 		if ((t = global_pop(w)))
 			return t;
 	}
@@ -370,18 +405,32 @@ static uint32_t rnd(struct worker *w)
 	return w->rng;
 }
 
+/* Deadlines due on a worker busy with one task would wait for it: expire them here. */
+static void steal_timers(struct worker *v)
+{
+	int64_t first = atomic_load_explicit(&v->timers.first, memory_order_relaxed);
+	if (first != INT64_MAX) {
+		int64_t now = weft_now();
+		if (first <= now)
+			wait_expire(&v->timers, now);
+	}
+}
+
 static weft_task *steal(struct worker *w)
 {
 	weft_task *batch[RUNQ_SIZE / 2];
+	int n = atomic_load_explicit(&S.n, memory_order_acquire);
 	for (int round = 0; round < STEAL_ROUNDS; round++) {
-		int start = (int)(rnd(w) % (uint32_t)S.n);
-		for (int i = 0; i < S.n; i++) {
-			struct worker *v = S.w[(start + i) % S.n];
+		int start = (int)(rnd(w) % (uint32_t)n);
+		for (int i = 0; i < n; i++) {
+			struct worker *v = S.w[(start + i) % n];
 			if (v == w)
 				continue;
-			uint32_t n = runq_grab(&v->q, batch, RUNQ_SIZE / 2);
-			if (n) {
-				for (uint32_t k = 1; k < n; k++)
+			if (round == 0)
+				steal_timers(v);
+			uint32_t got = runq_grab(&v->q, batch, RUNQ_SIZE / 2);
+			if (got) {
+				for (uint32_t k = 1; k < got; k++)
 					runq_push(&w->q, batch[k]);
 				return batch[0];
 			}
@@ -453,9 +502,10 @@ static void check_deadlock(void)
 			return;
 		live += S.w[i]->spawned - S.w[i]->exited;
 	}
-	if (live <= 0 || atomic_load(&wait_foreign_parked) > 0)
+	if (live <= 0 || atomic_load(&wait_foreign_parked) > 0 || poll_waiters() > 0 ||
+	    blocking_jobs() > 0)
 		return;
-	if (count_threads() - S.threads_at_start - (S.n - 1) > 0)
+	if (count_threads() - S.threads_at_start - (S.n - 1) - 1 - blocking_threads() > 0)
 		return; /* a thread outside weft might still wake someone */
 	fprintf(stderr, "weft: all tasks are blocked (deadlock): %lld task%s\n", (long long)live,
 		live == 1 ? "" : "s");
@@ -486,10 +536,13 @@ static void idle(struct worker *w)
 		w->spinning = false;
 		atomic_fetch_sub(&S.nspinning, 1);
 	}
+	/* While tasks wait on fds, one idle worker sleeps in epoll rather than on its futex. */
+	bool poller = poll_waiters() > 0 && !atomic_exchange(&S.polling, true);
 	pthread_mutex_lock(&S.idle_lock);
 	w->idle_link = S.idle;
 	S.idle = w;
 	w->in_idle = true;
+	atomic_store(&w->in_epoll, poller);
 	atomic_store(&w->wake_word, 0);
 	atomic_fetch_add(&S.nidle, 1);
 	pthread_mutex_unlock(&S.idle_lock);
@@ -497,14 +550,24 @@ static void idle(struct worker *w)
 	if (deadline != INT64_MAX)
 		deadline -= TIMER_SPIN_NS;
 	if (!work_anywhere() && !atomic_load(&S.stop)) {
-		if (deadline == INT64_MAX) {
+		if (deadline == INT64_MAX && !poller) {
 			pthread_mutex_lock(&S.idle_lock);
 			check_deadlock();
 			pthread_mutex_unlock(&S.idle_lock);
 		}
-		futex_wait(&w->wake_word, 0, deadline);
+		if (poller)
+			poll_run(deadline);
+		else
+			futex_wait(&w->wake_word, 0, deadline);
+	} else if (poller) {
+		poll_run(0);
+	}
+	if (poller) {
+		atomic_store(&S.last_poll, weft_now());
+		atomic_store(&S.polling, false);
 	}
 	pthread_mutex_lock(&S.idle_lock);
+	atomic_store(&w->in_epoll, false);
 	if (w->in_idle)
 		idle_remove(w);
 	pthread_mutex_unlock(&S.idle_lock);
@@ -588,10 +651,82 @@ static void *worker_thread(void *arg)
 static void stop_all(void)
 {
 	atomic_store(&S.stop, true);
-	for (int i = 0; i < S.n; i++) {
+	for (int i = 0; i < S.cap; i++) {
 		atomic_store(&S.w[i]->wake_word, 1);
 		futex_wake(&S.w[i]->wake_word, 1);
 	}
+	poll_interrupt();
+	atomic_store(&S.monitor_word, 1);
+	futex_wake(&S.monitor_word, 1);
+}
+
+/* ---- the monitor: rescuing the queue of a worker stuck in one task ---------------------- */
+
+/* A task that blocks in a call the shim does not cover, or computes without yielding, holds
+ * its worker; the tasks queued behind it would wait. The monitor looks every MONITOR_NS: a
+ * worker whose switch count has not moved for STUCK_NS while work waits in its queue is
+ * stuck. Then an idle worker is woken to steal that work (thieves take the stuck worker's
+ * `next` slot and due timers too), or, when every worker is busy, a spare worker thread is
+ * started (Go's sysmon hands the P to a new M the same way). Spares stay until weft_run ends. */
+#define MONITOR_NS 1000000
+
+static bool has_work(struct worker *w, int64_t now)
+{
+	return runq_len(&w->q) || atomic_load(&w->next) || atomic_load(&w->timers.first) <= now;
+}
+
+static void start_spare(void)
+{
+	int n = atomic_load(&S.n);
+	if (n >= S.cap)
+		return;
+	struct worker *w = S.w[n];
+	if (pthread_create(&w->thread, NULL, worker_thread, w) != 0)
+		return;
+	w->started = true;
+	atomic_store_explicit(&S.n, n + 1, memory_order_release);
+}
+
+static void rescue(void)
+{
+	if (atomic_load(&S.nidle) == 0) {
+		start_spare();
+		return;
+	}
+	atomic_fetch_add(&S.nspinning, 1);
+	pthread_mutex_lock(&S.idle_lock);
+	struct worker *v = S.idle;
+	if (v) {
+		idle_remove(v);
+		v->spinning = true;
+	}
+	pthread_mutex_unlock(&S.idle_lock);
+	if (v)
+		wake_worker(v);
+	else
+		atomic_fetch_sub(&S.nspinning, 1);
+}
+
+static void *monitor(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&S.stop)) {
+		int64_t now = weft_now();
+		int n = atomic_load(&S.n);
+		for (int i = 0; i < n; i++) {
+			struct worker *w = S.w[i];
+			uint32_t tick = atomic_load_explicit(&w->tick, memory_order_relaxed);
+			if (tick != w->seen_tick || !has_work(w, now)) {
+				w->seen_tick = tick;
+				w->seen_since = now;
+			} else if (now - w->seen_since >= STUCK_NS) {
+				rescue();
+				w->seen_since = now;
+			}
+		}
+		futex_wait(&S.monitor_word, 0, now + MONITOR_NS);
+	}
+	return NULL;
 }
 
 static void main_entry(void *arg)
@@ -612,7 +747,7 @@ static int worker_count(void)
 
 static void free_workers(void)
 {
-	for (int i = 0; i < S.n; i++) {
+	for (int i = 0; i < S.cap; i++) {
 		if (!S.w[i])
 			continue;
 		timer_heap_destroy(&S.w[i]->timers);
@@ -623,13 +758,15 @@ static void free_workers(void)
 	S.w = NULL;
 }
 
+/* n workers, and as many spares for the monitor to start. */
 static int init_workers(int n)
 {
-	S.n = n;
-	S.w = calloc((size_t)n, sizeof *S.w);
+	atomic_store(&S.n, n);
+	S.cap = 2 * n;
+	S.w = calloc((size_t)S.cap, sizeof *S.w);
 	if (!S.w)
 		return -ENOMEM;
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < S.cap; i++) {
 		struct worker *w = aligned_alloc(64, (sizeof *w + 63) & ~(size_t)63);
 		if (!w)
 			return -ENOMEM;
@@ -672,6 +809,8 @@ int weft_run(int (*main_task)(void *), void *arg)
 	atomic_store(&S.ids, 1);
 	stack_init(sizeof(weft_task));
 	int n = worker_count(), err = init_workers(n);
+	if (!err)
+		err = poll_init();
 	if (err) {
 		free_workers();
 		atomic_store(&running, false);
@@ -694,11 +833,16 @@ int weft_run(int (*main_task)(void *), void *arg)
 			break;
 		}
 	}
+	atomic_store(&S.monitor_word, 0);
+	bool monitoring = !err && pthread_create(&S.monitor, NULL, monitor, NULL) == 0;
 	/* Counted once the workers exist: a sanitizer may start a helper thread with them. */
-	S.threads_at_start = count_threads() - (n - 1);
+	S.threads_at_start = count_threads() - (n - 1) - monitoring;
 	worker_loop(S.w[0]);
-	for (int i = 1; i < started; i++)
-		pthread_join(S.w[i]->thread, NULL);
+	for (int i = 1; i < S.cap; i++)
+		if (i < started || S.w[i]->started)
+			pthread_join(S.w[i]->thread, NULL);
+	if (monitoring)
+		pthread_join(S.monitor, NULL);
 	worker_leave(S.w[0]);
 	prctl(PR_SET_TIMERSLACK, (unsigned long)old_slack, 0, 0, 0);
 	sigaction(SIGSEGV, &S.old_segv, NULL);
@@ -710,6 +854,7 @@ int weft_run(int (*main_task)(void *), void *arg)
 	atomic_store(&S.nidle, 0);
 	atomic_store(&S.nspinning, 0);
 	S.idle = NULL;
+	atomic_store(&S.polling, false);
 	atomic_store(&running, false);
 	return err ? err : S.main_result;
 }

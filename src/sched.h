@@ -22,11 +22,13 @@ struct worker {
 	weft_task *cur;               /* running task; NULL while in the idle loop */
 	weft_task *prev;              /* the task just switched away from (finish_switch) */
 	weft_ctx idle_ctx;            /* the worker thread's own stack: the idle loop */
-	uint32_t tick;                /* switches so far, paces global-queue and timer checks */
+	_Atomic uint32_t tick;        /* switches so far: paces periodic checks; the monitor
+				       * reads it to tell a stuck worker */
 	uint32_t next_streak;         /* consecutive runs from `next`, bounded for fairness */
 	uint32_t rng;
 	bool spinning;                /* looking for work to steal (counted in nspinning) */
 	bool in_idle;                 /* on the idle list; guarded by the idle lock */
+	atomic_bool in_epoll;         /* its idle sleep is in epoll: wake it through the poller */
 	struct timer_heap timers;
 	struct stack_cache stacks;
 	uint64_t id_next, id_end;     /* block of task ids */
@@ -39,6 +41,9 @@ struct worker {
 	size_t stack_size;
 	void *idle_fake_stack;
 	void *tsan_fiber;
+	uint32_t seen_tick;           /* the monitor's: tick when last looked at, and since when */
+	int64_t seen_since;
+	bool started;                 /* a spare worker runs only once the monitor starts it */
 };
 
 /* The worker running the caller, or NULL on a plain thread. A task can resume on another

@@ -1,0 +1,255 @@
+/*
+ * poll.c - parking tasks on file descriptors.
+ *
+ * One epoll instance serves the process. A file descriptor is registered the first time a
+ * task waits on it, edge-triggered for both directions, and stays registered until it is
+ * closed through weft (weft_close, or close() under the shim). Each fd has a small record
+ * (fdesc) found through a two-level table indexed by the fd number, so lookups take no lock:
+ *
+ *   ready   the edges (EPOLLIN/EPOLLOUT) seen while nobody waited: the next waiter in that
+ *           direction retries its system call instead of parking;
+ *   rd, wr  the task parked for reading / for writing (one each: a second concurrent waiter
+ *           in the same direction gets -EBUSY, as a socket read by two tasks at once is a bug).
+ *
+ * A waiter checks `ready` under the fdesc lock after its system call said EAGAIN, so an edge
+ * that came in between is not lost. The poller (poll_run) wakes waiters through the wait
+ * protocol (wait.h), which puts them on the polling worker's queue.
+ *
+ * Who polls: an idle worker that finds tasks waiting on fds sleeps in epoll_pwait2 instead of
+ * its futex (one at a time; an eventfd wakes it when work arrives), and a busy worker polls
+ * without waiting every few dozen switches, so ready sockets are served under load too.
+ */
+#define _GNU_SOURCE
+#include "poll.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "spin.h"
+#include "sys.h"
+#include "wait.h"
+#include "weft.h"
+
+#define CHUNK 1024
+#define MAX_CHUNKS 4096 /* 4M fds */
+
+struct fdesc {
+	spinlock lock;
+	bool registered;
+	signed char user_nonblock; /* -1: weft has not touched the fd's flags */
+	bool not_socket;           /* write(2) it is: send(2) said ENOTSOCK */
+	uint32_t ready;
+	struct wait *rd, *wr;
+};
+
+static struct {
+	int ep, ev;
+	atomic_int waiters;
+	pthread_mutex_t grow;
+	struct fdesc *_Atomic chunks[MAX_CHUNKS];
+} P = { .ep = -1, .ev = -1, .grow = PTHREAD_MUTEX_INITIALIZER };
+
+static struct fdesc *fdesc_of(int fd, bool create)
+{
+	if (fd < 0 || fd / CHUNK >= MAX_CHUNKS)
+		return NULL;
+	struct fdesc *c = atomic_load_explicit(&P.chunks[fd / CHUNK], memory_order_acquire);
+	if (!c && create) {
+		pthread_mutex_lock(&P.grow);
+		c = atomic_load(&P.chunks[fd / CHUNK]);
+		if (!c && (c = calloc(CHUNK, sizeof *c))) {
+			for (int i = 0; i < CHUNK; i++)
+				c[i].user_nonblock = -1;
+			atomic_store_explicit(&P.chunks[fd / CHUNK], c, memory_order_release);
+		}
+		pthread_mutex_unlock(&P.grow);
+	}
+	return c ? &c[fd % CHUNK] : NULL;
+}
+
+int poll_init(void)
+{
+	if (P.ep >= 0)
+		return 0;
+	P.ep = epoll_create1(EPOLL_CLOEXEC);
+	P.ev = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (P.ep < 0 || P.ev < 0)
+		return -errno;
+	struct epoll_event e = { .events = EPOLLIN, .data.fd = -1 };
+	return epoll_ctl(P.ep, EPOLL_CTL_ADD, P.ev, &e) < 0 ? -errno : 0;
+}
+
+/* The table and the epoll instance outlive weft_run: fds opened under one run stay usable. */
+void poll_fini(void)
+{
+}
+
+int poll_manage(int fd)
+{
+	struct fdesc *d = fdesc_of(fd, true);
+	if (!d)
+		return -EBADF;
+	if (d->user_nonblock >= 0)
+		return 0;
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0)
+		return -errno;
+	if (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return -errno;
+	d->user_nonblock = (fl & O_NONBLOCK) != 0;
+	return 0;
+}
+
+bool poll_not_socket(int fd)
+{
+	struct fdesc *d = fdesc_of(fd, false);
+	return d && d->not_socket;
+}
+
+void poll_set_not_socket(int fd)
+{
+	struct fdesc *d = fdesc_of(fd, true);
+	if (d)
+		d->not_socket = true;
+}
+
+int poll_user_nonblock(int fd)
+{
+	struct fdesc *d = fdesc_of(fd, false);
+	return d ? d->user_nonblock : -1;
+}
+
+void poll_set_user_nonblock(int fd, bool on)
+{
+	struct fdesc *d = fdesc_of(fd, true);
+	if (d)
+		d->user_nonblock = on;
+}
+
+int poll_waiters(void)
+{
+	return atomic_load_explicit(&P.waiters, memory_order_relaxed);
+}
+
+static int ensure_registered(int fd, struct fdesc *d)
+{
+	if (d->registered)
+		return 0;
+	struct epoll_event e = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.fd = fd };
+	if (epoll_ctl(P.ep, EPOLL_CTL_ADD, fd, &e) < 0 && errno != EEXIST)
+		return -errno;
+	d->registered = true;
+	return 0;
+}
+
+int poll_wait(int fd, uint32_t events, int64_t deadline)
+{
+	struct fdesc *d = fdesc_of(fd, true);
+	if (!d)
+		return -EBADF;
+	bool rd = events & EPOLLIN;
+	struct wait **slot = rd ? &d->rd : &d->wr;
+	uint32_t bit = rd ? EPOLLIN : EPOLLOUT;
+	spin_lock(&d->lock);
+	int err = ensure_registered(fd, d);
+	if (!err && (d->ready & bit)) { /* an edge came since the caller's last try */
+		d->ready &= ~bit;
+		spin_unlock(&d->lock);
+		return 0;
+	}
+	if (!err && *slot)
+		err = -EBUSY;
+	if (err) {
+		spin_unlock(&d->lock);
+		return err;
+	}
+	struct wait *w = wait_begin(rd ? "fd read" : "fd write", (void *)(intptr_t)fd);
+	*slot = w;
+	atomic_fetch_add(&P.waiters, 1);
+	spin_unlock(&d->lock);
+	int r = wait_park(w, deadline);
+	spin_lock(&d->lock);
+	if (*slot == w)
+		*slot = NULL;
+	spin_unlock(&d->lock);
+	atomic_fetch_sub(&P.waiters, 1);
+	return r;
+}
+
+/* An edge: wake the waiter of that direction, or remember the edge. Lock held. */
+static int deliver(struct fdesc *d, struct wait **slot, uint32_t bit, int result)
+{
+	if (*slot) {
+		struct wait *w = *slot;
+		*slot = NULL;
+		if (wait_wake(w, result))
+			return 1;
+	}
+	d->ready |= bit;
+	return 0;
+}
+
+int poll_run(int64_t deadline)
+{
+	struct epoll_event ev[256];
+	struct timespec ts = { 0, 0 }, *tp = NULL;
+	if (deadline != INT64_MAX) {
+		int64_t left = deadline - weft_now();
+		if (left > 0)
+			ts = (struct timespec){ left / 1000000000, left % 1000000000 };
+		tp = &ts;
+	}
+	int n = epoll_pwait2(P.ep, ev, 256, tp, NULL), woken = 0;
+	for (int i = 0; i < n; i++) {
+		int fd = ev[i].data.fd;
+		uint32_t e = ev[i].events;
+		if (fd < 0) {
+			uint64_t v;
+			if (sys_read(P.ev, &v, sizeof v) < 0) {
+			}
+			continue;
+		}
+		struct fdesc *d = fdesc_of(fd, false);
+		if (!d)
+			continue;
+		spin_lock(&d->lock);
+		if (e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+			woken += deliver(d, &d->rd, EPOLLIN, 0);
+		if (e & (EPOLLOUT | EPOLLHUP | EPOLLERR))
+			woken += deliver(d, &d->wr, EPOLLOUT, 0);
+		spin_unlock(&d->lock);
+	}
+	return woken;
+}
+
+void poll_interrupt(void)
+{
+	uint64_t one = 1;
+	if (sys_write(P.ev, &one, sizeof one) < 0) {
+	}
+}
+
+void poll_forget(int fd)
+{
+	struct fdesc *d = fdesc_of(fd, false);
+	if (!d)
+		return;
+	spin_lock(&d->lock);
+	if (d->registered)
+		epoll_ctl(P.ep, EPOLL_CTL_DEL, fd, NULL);
+	d->registered = false;
+	d->ready = 0;
+	d->user_nonblock = -1;
+	d->not_socket = false;
+	if (d->rd)
+		wait_wake(d->rd, -EBADF);
+	if (d->wr)
+		wait_wake(d->wr, -EBADF);
+	d->rd = d->wr = NULL;
+	spin_unlock(&d->lock);
+}

@@ -1,0 +1,36 @@
+/*
+ * poll.h - the epoll poller (poll.c): tasks park on file descriptors; the idle loop waits in
+ * epoll instead of a futex while tasks wait for I/O.
+ */
+#ifndef WEFT_POLL_H
+#define WEFT_POLL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+int poll_init(void);
+void poll_fini(void);
+/* Park the caller until fd is ready for `events` (EPOLLIN and/or EPOLLOUT), the deadline
+ * passes (-ETIMEDOUT), the task is cancelled (-ECANCELED) or fd is closed through weft
+ * (-EBADF). Returns 0 when ready. */
+int poll_wait(int fd, uint32_t events, int64_t deadline);
+/* Collect ready fds and wake their waiters; waits until `deadline` (0: do not wait,
+ * INT64_MAX: until woken). Returns the number of waiters woken. */
+int poll_run(int64_t deadline);
+/* Make a poll_run in progress return (idle worker being woken). */
+void poll_interrupt(void);
+/* Tasks parked on fds right now. */
+int poll_waiters(void);
+/* fd is being closed: wake its waiters with -EBADF and forget it. */
+void poll_forget(int fd);
+
+/* What the program believes about an fd's O_NONBLOCK flag (the shim keeps the kernel's flag
+ * set on fds weft manages). Returns -1 when weft has never made fd non-blocking. */
+int poll_user_nonblock(int fd);
+void poll_set_user_nonblock(int fd, bool on);
+/* Whether fd is known not to be a socket (weft_write then uses write(2), not send(2)). */
+bool poll_not_socket(int fd);
+void poll_set_not_socket(int fd);
+/* Make fd non-blocking in the kernel, remembering what it was. 0 or -errno. */
+int poll_manage(int fd);
+#endif

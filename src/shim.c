@@ -1,0 +1,332 @@
+/*
+ * shim.c - libweft-shim.so: blocking libc calls made inside a weft task become task waits.
+ *
+ * Loaded with LD_PRELOAD (or linked before libc), it defines sleep, usleep, nanosleep,
+ * clock_nanosleep, read, write, readv, writev, recv, recvfrom, recvmsg, send, sendto, sendmsg,
+ * accept, accept4, connect and poll. Called from a task, each parks the task instead of the
+ * worker (on a deadline, on the fd through the poller, or - for poll(2) on several fds - on
+ * the blocking pool). Called from any other thread, each goes straight to libc. Return values
+ * and errno are libc's; a task cancelled in such a call sees -1/EINTR.
+ *
+ * To wait on an fd weft makes it non-blocking in the kernel, so the shim also keeps up the
+ * program's own view of O_NONBLOCK: fcntl(F_GETFL/F_SETFL) and ioctl(FIONBIO) read and write
+ * that view, calls on an fd the program believes non-blocking still fail with EAGAIN, and a
+ * plain thread using an fd weft made non-blocking behind its back is made to wait as before.
+ * close() forgets the fd (and wakes its waiters with EBADF). Standard input, output and error
+ * are left alone: their open file may be shared with other processes (a shell's terminal or
+ * pipe), which must not find it non-blocking.
+ *
+ * The shim must share the program's weft: use it with programs linked to libweft.so.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "poll.h"
+#include "weft.h"
+
+/* real_NAME: libc's NAME, looked up once (threads racing here store the same value). */
+#define REAL(name)                                                                      \
+	static __typeof__(&name) real_##name##_p;                                       \
+	__typeof__(&name) real_##name = __atomic_load_n(&real_##name##_p, __ATOMIC_RELAXED); \
+	if (!real_##name) {                                                             \
+		real_##name = (__typeof__(&name))dlsym(RTLD_NEXT, #name);               \
+		__atomic_store_n(&real_##name##_p, real_##name, __ATOMIC_RELAXED);      \
+	}
+
+static bool in_task(void)
+{
+	return weft_self() != NULL;
+}
+
+/* Turn a weft result into libc's -1/errno. */
+static long fail(int err)
+{
+	errno = err == -ECANCELED ? EINTR : -err;
+	return -1;
+}
+
+/* ---- sleeping ---------------------------------------------------------------------------- */
+
+static int sleep_ns(int64_t ns, struct timespec *rem)
+{
+	int64_t deadline = weft_now() + ns;
+	int r = weft_sleep_until(deadline);
+	if (r == 0)
+		return 0;
+	if (rem) {
+		int64_t left = deadline - weft_now();
+		left = left < 0 ? 0 : left;
+		*rem = (struct timespec){ left / 1000000000, left % 1000000000 };
+	}
+	return r;
+}
+
+unsigned int sleep(unsigned int s)
+{
+	REAL(sleep);
+	if (!in_task())
+		return real_sleep(s);
+	struct timespec rem = { 0, 0 };
+	return sleep_ns((int64_t)s * 1000000000, &rem) ? (unsigned)rem.tv_sec + (rem.tv_nsec > 0) : 0;
+}
+
+int usleep(useconds_t us)
+{
+	REAL(usleep);
+	if (!in_task())
+		return real_usleep(us);
+	int r = sleep_ns((int64_t)us * 1000, NULL);
+	return r ? (int)fail(r) : 0;
+}
+
+int nanosleep(const struct timespec *req, struct timespec *rem)
+{
+	REAL(nanosleep);
+	if (!in_task())
+		return real_nanosleep(req, rem);
+	if (!req || req->tv_nsec < 0 || req->tv_nsec >= 1000000000 || req->tv_sec < 0)
+		return (int)fail(-EINVAL);
+	int r = sleep_ns((int64_t)req->tv_sec * 1000000000 + req->tv_nsec, rem);
+	return r ? (int)fail(r) : 0;
+}
+
+int clock_nanosleep(clockid_t clk, int flags, const struct timespec *req, struct timespec *rem)
+{
+	REAL(clock_nanosleep);
+	if (!in_task() || (clk != CLOCK_MONOTONIC && clk != CLOCK_REALTIME))
+		return real_clock_nanosleep(clk, flags, req, rem);
+	if (!req || req->tv_nsec < 0 || req->tv_nsec >= 1000000000)
+		return EINVAL;
+	int64_t ns = (int64_t)req->tv_sec * 1000000000 + req->tv_nsec;
+	if (flags & TIMER_ABSTIME) { /* make it relative to its own clock */
+		struct timespec now;
+		clock_gettime(clk, &now);
+		ns -= (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+		rem = NULL;
+	}
+	int r = sleep_ns(ns, rem);
+	return r == -ECANCELED ? EINTR : -r;
+}
+
+/* ---- file descriptors -------------------------------------------------------------------- */
+
+static void real_poll_wait(struct pollfd *p)
+{
+	REAL(poll);
+	real_poll(p, 1, -1);
+}
+
+/* A plain thread on an fd weft made non-blocking behind the program's back: wait as the
+ * blocking call would have. */
+static bool thread_should_wait(int fd, long r)
+{
+	return r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && poll_user_nonblock(fd) == 0;
+}
+
+/*
+ * The body of every fd call: `call` is the libc call, `ev` the direction.
+ * In a task: make the fd non-blocking, retry the call while it would block and the program
+ * believes the fd blocking, parking on the fd in between.
+ */
+#define FD_CALL(fd, ev, call)                                                              \
+	do {                                                                               \
+		if (!in_task()) {                                                          \
+			for (;;) {                                                         \
+				long r_ = (long)(call);                                    \
+				if (!thread_should_wait(fd, r_))                           \
+					return r_;                                         \
+				struct pollfd p_ = { .fd = fd,                             \
+						     .events = ev == EPOLLIN ? POLLIN : POLLOUT }; \
+				real_poll_wait(&p_);                                       \
+			}                                                                  \
+		}                                                                          \
+		if (fd <= 2 || poll_manage(fd) < 0)                                        \
+			return (long)(call);                                               \
+		for (;;) {                                                                 \
+			long r_ = (long)(call);                                            \
+			if (r_ >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK) ||        \
+			    poll_user_nonblock(fd) == 1)                                   \
+				return r_;                                                 \
+			int w_ = poll_wait(fd, ev, WEFT_FOREVER);                          \
+			if (w_ < 0)                                                        \
+				return fail(w_);                                           \
+		}                                                                          \
+	} while (0)
+
+ssize_t read(int fd, void *buf, size_t n)
+{
+	REAL(read);
+	FD_CALL(fd, EPOLLIN, real_read(fd, buf, n));
+}
+
+ssize_t write(int fd, const void *buf, size_t n)
+{
+	REAL(write);
+	FD_CALL(fd, EPOLLOUT, real_write(fd, buf, n));
+}
+
+ssize_t readv(int fd, const struct iovec *iov, int n)
+{
+	REAL(readv);
+	FD_CALL(fd, EPOLLIN, real_readv(fd, iov, n));
+}
+
+ssize_t writev(int fd, const struct iovec *iov, int n)
+{
+	REAL(writev);
+	FD_CALL(fd, EPOLLOUT, real_writev(fd, iov, n));
+}
+
+ssize_t recv(int fd, void *buf, size_t n, int flags)
+{
+	REAL(recv);
+	FD_CALL(fd, EPOLLIN, real_recv(fd, buf, n, flags));
+}
+
+ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *a, socklen_t *l)
+{
+	REAL(recvfrom);
+	FD_CALL(fd, EPOLLIN, real_recvfrom(fd, buf, n, flags, a, l));
+}
+
+ssize_t recvmsg(int fd, struct msghdr *m, int flags)
+{
+	REAL(recvmsg);
+	FD_CALL(fd, EPOLLIN, real_recvmsg(fd, m, flags));
+}
+
+ssize_t send(int fd, const void *buf, size_t n, int flags)
+{
+	REAL(send);
+	FD_CALL(fd, EPOLLOUT, real_send(fd, buf, n, flags));
+}
+
+ssize_t sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *a,
+	       socklen_t l)
+{
+	REAL(sendto);
+	FD_CALL(fd, EPOLLOUT, real_sendto(fd, buf, n, flags, a, l));
+}
+
+ssize_t sendmsg(int fd, const struct msghdr *m, int flags)
+{
+	REAL(sendmsg);
+	FD_CALL(fd, EPOLLOUT, real_sendmsg(fd, m, flags));
+}
+
+int accept4(int fd, struct sockaddr *a, socklen_t *l, int flags)
+{
+	REAL(accept4);
+	FD_CALL(fd, EPOLLIN, real_accept4(fd, a, l, flags));
+}
+
+int accept(int fd, struct sockaddr *a, socklen_t *l)
+{
+	REAL(accept);
+	FD_CALL(fd, EPOLLIN, real_accept(fd, a, l));
+}
+
+int connect(int fd, const struct sockaddr *a, socklen_t l)
+{
+	REAL(connect);
+	if (!in_task() && poll_user_nonblock(fd) != 0)
+		return real_connect(fd, a, l);
+	if (poll_manage(fd) < 0 || poll_user_nonblock(fd) == 1)
+		return real_connect(fd, a, l);
+	int r = weft_connect(fd, a, l, WEFT_FOREVER); /* a plain thread waits in ppoll */
+	return r ? (int)fail(r) : 0;
+}
+
+/* poll on one fd parks on it; on several it runs on the blocking pool. */
+struct poll_job {
+	struct pollfd *fds;
+	nfds_t n;
+	int timeout, result, err;
+};
+
+static void poll_job(void *p)
+{
+	REAL(poll);
+	struct poll_job *j = p;
+	j->result = real_poll(j->fds, j->n, j->timeout);
+	j->err = errno;
+}
+
+int poll(struct pollfd *fds, nfds_t n, int timeout)
+{
+	REAL(poll);
+	if (!in_task() || timeout == 0)
+		return real_poll(fds, n, timeout);
+	if (n == 1 && fds[0].fd >= 0 && poll_manage(fds[0].fd) == 0) {
+		int64_t deadline = timeout < 0 ? WEFT_FOREVER : weft_now() + timeout * 1000000LL;
+		uint32_t ev = (fds[0].events & POLLIN ? EPOLLIN : 0) | (fds[0].events & POLLOUT ? EPOLLOUT : 0);
+		for (;;) {
+			int r = real_poll(fds, 1, 0);
+			if (r != 0 || !ev)
+				return r;
+			int w = weft_fd_wait(fds[0].fd, ev & EPOLLIN ? EPOLLIN : EPOLLOUT, deadline);
+			if (w == -ETIMEDOUT)
+				return 0;
+			if (w < 0)
+				return (int)fail(w);
+		}
+	}
+	struct poll_job j = { fds, n, timeout, 0, 0 };
+	weft_blocking(poll_job, &j);
+	errno = j.err;
+	return j.result;
+}
+
+/* ---- the program's view of O_NONBLOCK, and close ----------------------------------------- */
+
+int fcntl(int fd, int cmd, ...)
+{
+	REAL(fcntl);
+	va_list ap;
+	va_start(ap, cmd);
+	uintptr_t arg = va_arg(ap, uintptr_t);
+	va_end(ap);
+	int view = poll_user_nonblock(fd);
+	if (view < 0 || (cmd != F_GETFL && cmd != F_SETFL))
+		return real_fcntl(fd, cmd, arg);
+	if (cmd == F_GETFL) {
+		int fl = real_fcntl(fd, F_GETFL);
+		return fl < 0 ? fl : (fl & ~O_NONBLOCK) | (view ? O_NONBLOCK : 0);
+	}
+	int r = real_fcntl(fd, F_SETFL, (int)arg | O_NONBLOCK);
+	if (r == 0)
+		poll_set_user_nonblock(fd, (int)arg & O_NONBLOCK);
+	return r;
+}
+
+int ioctl(int fd, unsigned long req, ...)
+{
+	REAL(ioctl);
+	va_list ap;
+	va_start(ap, req);
+	void *arg = va_arg(ap, void *);
+	va_end(ap);
+	if (req == FIONBIO && arg && poll_user_nonblock(fd) >= 0) {
+		poll_set_user_nonblock(fd, *(int *)arg != 0);
+		return 0; /* the kernel's flag stays set */
+	}
+	return real_ioctl(fd, req, arg);
+}
+
+int close(int fd)
+{
+	REAL(close);
+	poll_forget(fd);
+	return real_close(fd);
+}

@@ -1,0 +1,376 @@
+/* Tests of sockets, deadlines, the blocking pool and the stuck-worker monitor. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#include "test.h"
+
+static int listen_port(int fd)
+{
+	struct sockaddr_storage a;
+	socklen_t l = sizeof a;
+	CHECK(getsockname(fd, (struct sockaddr *)&a, &l) == 0);
+	return ntohs(a.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&a)->sin6_port
+					      : ((struct sockaddr_in *)&a)->sin_port);
+}
+
+/* ---- echo with 1,000 concurrent connections ------------------------------------------- */
+
+enum { CONNS = TEST_CAP(1000) / 2, ROUNDS = 20 };
+static int port;
+static atomic_int served;
+
+static void echo_conn(void *arg)
+{
+	int fd = (int)(intptr_t)arg;
+	char buf[512];
+	ssize_t n;
+	while ((n = weft_read(fd, buf, sizeof buf, WEFT_FOREVER)) > 0)
+		CHECK_EQ(weft_write(fd, buf, (size_t)n, WEFT_FOREVER), n);
+	CHECK_EQ(n, 0);
+	weft_close(fd);
+	atomic_fetch_add(&served, 1);
+}
+
+static void echo_server(void *arg)
+{
+	int lfd = (int)(intptr_t)arg;
+	weft_spawn_opts o = { .detached = 1, .name = "conn" };
+	for (;;) {
+		int fd = weft_accept(lfd, NULL, NULL, 0, WEFT_FOREVER);
+		if (fd == -EBADF || fd == -ECANCELED)
+			return;
+		CHECK(fd >= 0);
+		CHECK(weft_spawn_opt(echo_conn, (void *)(intptr_t)fd, &o));
+	}
+}
+
+static void echo_client(void *arg)
+{
+	unsigned seed = (unsigned)(uintptr_t)arg;
+	int fd = weft_tcp_connect("127.0.0.1", port, weft_now() + 10000000000LL);
+	CHECK(fd >= 0);
+	char out[300], in[300];
+	for (int r = 0; r < ROUNDS; r++) {
+		size_t n = 1 + (seed = seed * 1103515245 + 12345) % sizeof out;
+		for (size_t i = 0; i < n; i++)
+			out[i] = (char)(seed >> (i % 24));
+		CHECK_EQ(weft_write(fd, out, n, WEFT_FOREVER), n);
+		size_t got = 0;
+		while (got < n) {
+			ssize_t k = weft_read(fd, in + got, n - got, weft_now() + 10000000000LL);
+			CHECK(k > 0);
+			got += (size_t)k;
+		}
+		CHECK(memcmp(in, out, n) == 0);
+	}
+	weft_close(fd);
+}
+
+static int echo_many(void *arg)
+{
+	(void)arg;
+	int lfd = weft_tcp_listen("127.0.0.1", 0, 4096);
+	CHECK(lfd >= 0);
+	port = listen_port(lfd);
+	weft_task *srv = weft_spawn(echo_server, (void *)(intptr_t)lfd);
+	static weft_task *c[CONNS];
+	for (int i = 0; i < CONNS; i++)
+		CHECK((c[i] = weft_spawn(echo_client, (void *)(uintptr_t)(i + 1))));
+	for (int i = 0; i < CONNS; i++)
+		CHECK_EQ(weft_join(c[i]), 0);
+	while (atomic_load(&served) < CONNS)
+		weft_sleep_until(weft_now() + 1000000);
+	weft_cancel(srv);
+	CHECK_EQ(weft_join(srv), 0);
+	weft_close(lfd);
+	return 0;
+}
+
+TEST(echo_many_concurrent_connections)
+{
+	struct rlimit r;
+	getrlimit(RLIMIT_NOFILE, &r);
+	r.rlim_cur = r.rlim_max; /* 2 fds per connection */
+	setrlimit(RLIMIT_NOFILE, &r);
+	RUN(echo_many);
+}
+
+/* ---- deadlines ---------------------------------------------------------------------------- */
+
+static int deadlines(void *arg)
+{
+	(void)arg;
+	int lfd = weft_tcp_listen("127.0.0.1", 0, 16);
+	CHECK(lfd >= 0);
+	int64_t d = weft_now() + 20000000;
+	CHECK_EQ(weft_accept(lfd, NULL, NULL, 0, d), -ETIMEDOUT);
+	CHECK(weft_now() >= d);
+	int c = weft_tcp_connect("127.0.0.1", listen_port(lfd), weft_now() + 1000000000);
+	CHECK(c >= 0);
+	int s = weft_accept(lfd, NULL, NULL, 0, weft_now() + 1000000000);
+	CHECK(s >= 0);
+	char b[8];
+	d = weft_now() + 20000000;
+	CHECK_EQ(weft_read(s, b, sizeof b, d), -ETIMEDOUT);
+	CHECK(weft_now() >= d);
+	CHECK_EQ(weft_read(s, b, sizeof b, 0), -ETIMEDOUT); /* past deadline: do not block */
+	/* connect to a port nobody listens on: refused */
+	int dead = weft_tcp_listen("127.0.0.1", 0, 1);
+	int dport = listen_port(dead);
+	weft_close(dead);
+	CHECK_EQ(weft_tcp_connect("127.0.0.1", dport, weft_now() + 1000000000), -ECONNREFUSED);
+	CHECK_EQ(weft_tcp_connect("127.0.0.1", 0, WEFT_FOREVER), -EINVAL);
+	weft_close(c);
+	weft_close(s);
+	weft_close(lfd);
+	return 0;
+}
+
+TEST(deadlines_on_accept_read_connect)
+{
+	RUN(deadlines);
+}
+
+/* ---- EOF, reset, close while waiting ------------------------------------------------------ */
+
+static int sv[2];
+
+static void reader_until_closed(void *arg)
+{
+	(void)arg;
+	char b[4];
+	CHECK_EQ(weft_read(sv[0], b, sizeof b, WEFT_FOREVER), -EBADF);
+}
+
+static int eof_and_reset(void *arg)
+{
+	(void)arg;
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+	char b[4];
+	CHECK_EQ(weft_write(sv[1], "ab", 2, WEFT_FOREVER), 2);
+	CHECK_EQ(weft_read(sv[0], b, sizeof b, WEFT_FOREVER), 2);
+	weft_close(sv[1]);
+	CHECK_EQ(weft_read(sv[0], b, sizeof b, WEFT_FOREVER), 0); /* EOF */
+	CHECK_EQ(weft_write(sv[0], "x", 1, WEFT_FOREVER), -EPIPE); /* no SIGPIPE */
+	weft_close(sv[0]);
+	/* a waiter is woken by weft_close with -EBADF */
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+	weft_task *t = weft_spawn(reader_until_closed, NULL);
+	weft_sleep_until(weft_now() + 5000000);
+	weft_close(sv[0]);
+	CHECK_EQ(weft_join(t), 0);
+	weft_close(sv[1]);
+	/* peer reset: SO_LINGER 0 on close sends RST */
+	int lfd = weft_tcp_listen("127.0.0.1", 0, 4);
+	int c = weft_tcp_connect("127.0.0.1", listen_port(lfd), WEFT_FOREVER);
+	int s = weft_accept(lfd, NULL, NULL, 0, WEFT_FOREVER);
+	struct linger lg = { 1, 0 };
+	setsockopt(c, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+	weft_close(c);
+	CHECK_EQ(weft_read(s, b, sizeof b, weft_now() + 1000000000), -ECONNRESET);
+	weft_close(s);
+	weft_close(lfd);
+	return 0;
+}
+
+TEST(eof_reset_and_close_while_waiting)
+{
+	RUN(eof_and_reset);
+}
+
+/* ---- EMFILE: the server keeps serving once fds free up, without a busy loop -------------- */
+
+static int emfile(void *arg)
+{
+	(void)arg;
+	int lfd = weft_tcp_listen("127.0.0.1", 0, 64);
+	int p = listen_port(lfd);
+	struct rlimit r;
+	getrlimit(RLIMIT_NOFILE, &r);
+	int spare[8], ns = 0;
+	int c1 = weft_tcp_connect("127.0.0.1", p, WEFT_FOREVER);
+	/* use up every fd */
+	int filler[4096], nf = 0;
+	while (nf < 4096 && (filler[nf] = dup(lfd)) >= 0)
+		nf++;
+	CHECK(nf < 4096); /* hit the limit */
+	CHECK_EQ(weft_accept(lfd, NULL, NULL, 0, weft_now() + 10000000), -EMFILE);
+	for (int i = 0; i < 2 && nf; i++)
+		spare[ns++] = filler[--nf];
+	for (int i = 0; i < ns; i++)
+		close(spare[i]);
+	int s = weft_accept(lfd, NULL, NULL, 0, weft_now() + 1000000000);
+	CHECK(s >= 0);
+	while (nf)
+		close(filler[--nf]);
+	weft_close(s);
+	weft_close(c1);
+	weft_close(lfd);
+	return 0;
+}
+
+TEST(accept_emfile_then_recovers)
+{
+	struct rlimit r = { 256, 256 };
+	CHECK(setrlimit(RLIMIT_NOFILE, &r) == 0);
+	RUN(emfile);
+}
+
+/* ---- the blocking pool --------------------------------------------------------------------- */
+
+static atomic_int blocked_done;
+
+static void slow_call(void *arg)
+{
+	usleep(20000); /* a plain pool thread: really blocks */
+	*(int *)arg = 42;
+}
+
+static void blocking_caller(void *arg)
+{
+	(void)arg;
+	int v = 0;
+	CHECK_EQ(weft_blocking(slow_call, &v), 0);
+	CHECK_EQ(v, 42);
+	atomic_fetch_add(&blocked_done, 1);
+}
+
+static int blocking_many(void *arg)
+{
+	(void)arg;
+	enum { N = 1000 };
+	static weft_task *t[N];
+	int64_t t0 = weft_now();
+	for (int i = 0; i < N; i++)
+		t[i] = weft_spawn(blocking_caller, NULL);
+	for (int i = 0; i < N; i++)
+		CHECK_EQ(weft_join(t[i]), 0);
+	CHECK_EQ(atomic_load(&blocked_done), N);
+	/* 1,000 calls of 20 ms over 64 threads: about 16 rounds, not 1,000 */
+	CHECK(weft_now() - t0 < 5000000000LL);
+	CHECK_EQ(weft_blocking(NULL, NULL), -EINVAL);
+	return 0;
+}
+
+TEST(blocking_pool_thousand_callers)
+{
+	RUN(blocking_many);
+}
+
+/* ---- the monitor rescues the queue of a worker stuck in a 200 ms spin --------------------- */
+
+static _Atomic int64_t ran_at;
+
+static void spin_200ms(void *arg)
+{
+	(void)arg;
+	int64_t end = weft_now() + 200000000;
+	while (weft_now() < end) /* never yields */
+		;
+}
+
+static void mark(void *arg)
+{
+	(void)arg;
+	atomic_store(&ran_at, weft_now());
+}
+
+static int stuck(void *arg)
+{
+	(void)arg;
+	/* Both on this worker: the spinner runs first, mark is queued behind it. */
+	weft_task *s = weft_spawn(spin_200ms, NULL);
+	weft_task *m = weft_spawn(mark, NULL);
+	int64_t t0 = weft_now();
+	spin_200ms(NULL); /* main itself holds its worker too */
+	CHECK_EQ(weft_join(s), 0);
+	CHECK_EQ(weft_join(m), 0);
+	int64_t noticed = atomic_load(&ran_at) - t0;
+	fprintf(stderr, "queued task ran after %.1f ms\n", noticed / 1e6);
+	CHECK(noticed < 100000000); /* long before the 200 ms spins end */
+	return 0;
+}
+
+TEST(monitor_rescues_stuck_worker)
+{
+	RUN(stuck);
+}
+
+/* ---- plain threads use the same calls ---------------------------------------------------- */
+
+static const char *thread_host;
+
+static void *thread_client(void *arg)
+{
+	int fd = weft_tcp_connect(thread_host, *(int *)arg, weft_now() + 1000000000);
+	CHECK(fd >= 0);
+	CHECK_EQ(weft_write(fd, "hello", 5, WEFT_FOREVER), 5);
+	char b[8];
+	CHECK_EQ(weft_read(fd, b, sizeof b, weft_now() + 1000000000), 5);
+	CHECK(memcmp(b, "hello", 5) == 0);
+	weft_close(fd);
+	return NULL;
+}
+
+static int thread_io(void *arg)
+{
+	(void)arg;
+	thread_host = "::1";
+	int lfd = weft_tcp_listen(thread_host, 0, 16);
+	if (lfd < 0) /* no IPv6 here */
+		lfd = weft_tcp_listen(thread_host = "127.0.0.1", 0, 16);
+	CHECK(lfd >= 0);
+	static int p;
+	p = listen_port(lfd);
+	pthread_t th;
+	pthread_create(&th, NULL, thread_client, &p);
+	int s = weft_accept(lfd, NULL, NULL, 0, weft_now() + 1000000000);
+	CHECK(s >= 0);
+	char b[8];
+	CHECK_EQ(weft_read(s, b, sizeof b, weft_now() + 1000000000), 5);
+	CHECK_EQ(weft_write(s, b, 5, WEFT_FOREVER), 5);
+	pthread_join(th, NULL);
+	weft_close(s);
+	weft_close(lfd);
+	return 0;
+}
+
+TEST(plain_thread_and_task_talk_over_tcp)
+{
+	RUN(thread_io);
+}
+
+static int unix_sockets(void *arg)
+{
+	(void)arg;
+	char path[64];
+	snprintf(path, sizeof path, "/tmp/weft-test-%d.sock", (int)getpid());
+	unlink(path);
+	int lfd = weft_unix_listen(path, 4);
+	CHECK(lfd >= 0);
+	int c = weft_unix_connect(path, weft_now() + 1000000000);
+	CHECK(c >= 0);
+	int s = weft_accept(lfd, NULL, NULL, 0, weft_now() + 1000000000);
+	CHECK(s >= 0);
+	CHECK_EQ(weft_send(c, "ping", 4, 0, WEFT_FOREVER), 4);
+	char b[8];
+	CHECK_EQ(weft_recv(s, b, sizeof b, 0, WEFT_FOREVER), 4);
+	weft_close(c);
+	weft_close(s);
+	weft_close(lfd);
+	unlink(path);
+	CHECK_EQ(weft_unix_connect(path, WEFT_FOREVER), -ENOENT);
+	return 0;
+}
+
+TEST(unix_domain_sockets)
+{
+	RUN(unix_sockets);
+}
