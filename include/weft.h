@@ -121,6 +121,71 @@ int weft_cancelled(void);
 
 /* @@SYNC@@ */
 
+/* ------------------------------------------------------------------------------------------ */
+/* File descriptors and sockets                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * Task-aware I/O. Each call makes fd non-blocking (once), tries the system call and, while it
+ * would block, parks the calling task until the fd is ready or the deadline passes; the worker
+ * runs other tasks meanwhile. From a plain thread the same calls block the thread. They return
+ * what the system call returns (a count, or 0 for a new fd), or -errno: -ETIMEDOUT when the
+ * deadline passed first, -ECANCELED when the task was cancelled, -EBADF when the fd was closed
+ * with weft_close while the task waited, -EBUSY when another task already waits on the same
+ * fd in the same direction. Writes and sends finish partial writes before returning, unless the
+ * deadline passes (they then return the bytes written, or -ETIMEDOUT if none). Sends never
+ * raise SIGPIPE (-EPIPE instead). An fd a task has waited on must be closed with weft_close
+ * (or close() under the shim).
+ */
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+/* Wait until fd is ready: events is EPOLLIN and/or EPOLLOUT (<sys/epoll.h>). 0 or -errno. */
+int weft_fd_wait(int fd, uint32_t events, int64_t deadline);
+ssize_t weft_read(int fd, void *buf, size_t n, int64_t deadline);
+ssize_t weft_write(int fd, const void *buf, size_t n, int64_t deadline);
+ssize_t weft_readv(int fd, const struct iovec *iov, int n, int64_t deadline);
+ssize_t weft_writev(int fd, const struct iovec *iov, int n, int64_t deadline);
+ssize_t weft_recv(int fd, void *buf, size_t n, int flags, int64_t deadline);
+ssize_t weft_send(int fd, const void *buf, size_t n, int flags, int64_t deadline);
+ssize_t weft_recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *from,
+		      socklen_t *fromlen, int64_t deadline);
+ssize_t weft_sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *to,
+		    socklen_t tolen, int64_t deadline);
+ssize_t weft_recvmsg(int fd, struct msghdr *m, int flags, int64_t deadline);
+ssize_t weft_sendmsg(int fd, const struct msghdr *m, int flags, int64_t deadline);
+/* accept4(2): returns the new fd (close-on-exec, plus `flags`), or -errno. */
+int weft_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags, int64_t deadline);
+/* connect(2), waiting for the connection to complete: 0 or -errno (-ECONNREFUSED, ...). */
+int weft_connect(int fd, const struct sockaddr *addr, socklen_t len, int64_t deadline);
+/* Close fd; tasks waiting on it wake with -EBADF. 0 or -errno. */
+int weft_close(int fd);
+
+/* A listening TCP socket on host:port (host NULL or "": all addresses; IPv4 or IPv6; port 0:
+ * any). Returns the fd or -errno. Name resolution runs on the blocking pool. */
+int weft_tcp_listen(const char *host, int port, int backlog);
+/* A TCP connection to host:port (TCP_NODELAY set), tried address by address until one
+ * answers or the deadline passes. Returns the fd or -errno. */
+int weft_tcp_connect(const char *host, int port, int64_t deadline);
+/* Unix-domain stream sockets. Return the fd or -errno. */
+int weft_unix_listen(const char *path, int backlog);
+int weft_unix_connect(const char *path, int64_t deadline);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Blocking work                                                                              */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * Run fn(arg) on a pool of OS threads while the calling task is parked: for calls that must
+ * block (disk I/O, name resolution, libraries without a non-blocking API). The pool grows on
+ * demand up to $WEFT_BLOCKING_THREADS (default 64) threads; idle ones retire after 10 s. The
+ * wait cannot be cancelled: fn may use the caller's memory until it returns. From a plain
+ * thread fn runs right there. Returns 0, -EINVAL (fn NULL) or -EAGAIN (no thread could be
+ * started).
+ */
+int weft_blocking(void (*fn)(void *), void *arg);
+
 #ifdef __cplusplus
 }
 #endif

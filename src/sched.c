@@ -758,11 +758,11 @@ static void free_workers(void)
 	S.w = NULL;
 }
 
-/* n workers, and as many spares for the monitor to start. */
+/* n workers, and spares for the monitor to start (as many, at least 4). */
 static int init_workers(int n)
 {
 	atomic_store(&S.n, n);
-	S.cap = 2 * n;
+	S.cap = n + (n > 4 ? n : 4);
 	S.w = calloc((size_t)S.cap, sizeof *S.w);
 	if (!S.w)
 		return -ENOMEM;
