@@ -194,6 +194,21 @@ static int deliver(struct fdesc *d, struct wait **slot, uint32_t bit, int result
 	return 0;
 }
 
+/* epoll_pwait2 (Linux 5.11) waits to the nanosecond; before it, and under qemu-user, which
+ * lacks it, epoll_wait's milliseconds are rounded down and the caller loops. */
+static int epoll_wait_ns(struct epoll_event *ev, int max, struct timespec *tp)
+{
+	static atomic_bool no_pwait2;
+	if (!atomic_load_explicit(&no_pwait2, memory_order_relaxed)) {
+		int n = epoll_pwait2(P.ep, ev, max, tp, NULL);
+		if (n >= 0 || errno != ENOSYS)
+			return n;
+		atomic_store(&no_pwait2, true);
+	}
+	int ms = tp ? (int)(tp->tv_sec * 1000 + tp->tv_nsec / 1000000) : -1;
+	return epoll_wait(P.ep, ev, max, ms);
+}
+
 int poll_run(int64_t deadline)
 {
 	struct epoll_event ev[256];
@@ -204,7 +219,7 @@ int poll_run(int64_t deadline)
 			ts = (struct timespec){ left / 1000000000, left % 1000000000 };
 		tp = &ts;
 	}
-	int n = epoll_pwait2(P.ep, ev, 256, tp, NULL), woken = 0;
+	int n = epoll_wait_ns(ev, 256, tp), woken = 0;
 	for (int i = 0; i < n; i++) {
 		int fd = ev[i].data.fd;
 		uint32_t e = ev[i].events;

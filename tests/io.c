@@ -294,7 +294,9 @@ static int stuck(void *arg)
 	CHECK_EQ(weft_join(m), 0);
 	int64_t noticed = atomic_load(&ran_at) - t0;
 	fprintf(stderr, "queued task ran after %.1f ms\n", noticed / 1e6);
-	CHECK(noticed < 100000000); /* long before the 200 ms spins end */
+	/* Without the monitor it would wait for a spin to end (>= 200 ms). Natively it runs
+	 * within a few ms (bench figures); under qemu-user, emulation stretches that. */
+	CHECK(noticed < 180000000);
 	return 0;
 }
 
