@@ -78,6 +78,10 @@ $(B)/tests/%: tests/%.c tests/test.c tests/test.h $(B)/libweft.a | $(B)/tests
 # Tests of the shim link to libweft.so, as programs that use the shim must.
 $(B)/tests/shim: tests/shim.c tests/test.c tests/test.h $(B)/libweft.so $(B)/libweft-shim.so | $(B)/tests
 	$(CC) $(CFLAGS) -Itests $(LDFLAGS) -o $@ $< tests/test.c -L$(B) -lweft -Wl,-rpath,'$$ORIGIN/..' $(LDLIBS)
+$(B)/bench/sleepers: bench/sleepers.c bench/bench.h $(B)/libweft.so $(B)/libweft-shim.so | $(B)/bench
+	$(CC) $(CFLAGS) -Ibench $(LDFLAGS) -o $@ $< -L$(B) -lweft -Wl,-rpath,'$$ORIGIN/..' $(LDLIBS)
+$(B)/bench/http: bench/http.c bench/bench.h $(B)/bin/hello-http | $(B)/bench
+	$(CC) $(CFLAGS) -Ibench $(LDFLAGS) -o $@ $< $(LDLIBS)
 $(B)/bench/%: bench/%.c bench/bench.h $(B)/libweft.a | $(B)/bench
 	$(CC) $(CFLAGS) -Ibench $(LDFLAGS) -o $@ $< $(B)/libweft.a $(LDLIBS)
 $(B)/bin/%: examples/%.c $(B)/libweft.a | $(B)/bin
@@ -100,6 +104,10 @@ test-all:
 bench: $(BENCHES) $(B)/libweft.a
 	@sh bench/run.sh $(B)/bench
 
+# The programs weft is measured against (run as root): Go, SWI-Prolog, Gambit, wrk, nginx.
+bench-peers:
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go swi-prolog-nox gambc wrk nginx-light
+
 install: $(B)/libweft.a $(B)/libweft.so $(B)/libweft-shim.so weft.pc
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 644 include/weft.h $(DESTDIR)$(PREFIX)/include/
@@ -110,5 +118,5 @@ install: $(B)/libweft.a $(B)/libweft.so $(B)/libweft-shim.so weft.pc
 clean:
 	rm -rf build build-asan build-tsan build-aarch64 weft.pc
 
-.PHONY: all test test-all bench install clean
+.PHONY: all test test-all bench bench-peers install clean
 .SECONDARY:

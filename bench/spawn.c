@@ -4,7 +4,9 @@
 #include "bench.h"
 #include "weft.h"
 
+#ifndef N
 #define N 1000000
+#endif
 #define BATCH 1000
 
 static void tiny(void *arg)

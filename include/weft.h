@@ -119,7 +119,309 @@ int weft_cancelled(void);
 /* Locks and other synchronisation                                                            */
 /* ------------------------------------------------------------------------------------------ */
 
-/* @@SYNC@@ */
+/*
+ * Every lock here is a plain struct with a static initialiser, so a global needs no init call:
+ *
+ *     static weft_mutex lock = WEFT_MUTEX_INIT;
+ *     WEFT_WITH_LOCK(&lock) { shared++; }           -- unlocked however the block is left
+ *
+ * All of them work from tasks (the task parks; its worker runs other tasks) and from plain OS
+ * threads (the thread sleeps on a futex), and a task and a thread may share one. Calls that
+ * take a deadline return 0, -ETIMEDOUT once it has passed (a deadline already past means "do
+ * not block"), or -ECANCELED when the calling task is cancelled (weft_cancel) while blocked or
+ * about to block. Calls without a deadline that return int block forever and honour
+ * cancellation; those that return void (weft_mutex_lock, weft_rwlock_rdlock/wrlock) cannot fail
+ * and ignore cancellation, so that a lock taken in a block always is taken. Fields starting with
+ * `_` are private. Misuse (unlocking what is not locked, destroying a lock that has waiters) is
+ * reported as "weft: ..." on stderr followed by abort() in debug builds (without NDEBUG).
+ */
+
+/* A FIFO of parked waiters; part of every primitive below (private). */
+struct weft_waitq {
+	void *_first, *_last;
+};
+
+/* ---- mutex ------------------------------------------------------------------------------ */
+
+/*
+ * A task-aware mutual-exclusion lock, built for contention (see src/mutex.c): lock and unlock
+ * are one atomic instruction each when uncontended; a contended lock spins briefly while the
+ * holder runs on another core, then parks. Unlocking does not hand the lock to a waiter (the
+ * running task may take it again at once, for throughput), except that a waiter that has waited
+ * about 1 ms at the head of the queue gets it handed over directly, so no waiter starves.
+ * Not recursive. Any task or thread may unlock a locked mutex (as in Go); unlocking one that is
+ * not locked aborts.
+ */
+typedef struct weft_mutex {
+	unsigned int _state;    /* lock bit and queue flags (src/mutex.c) */
+	unsigned int _ticks;    /* unlocks since the holder last looked at the clock */
+	void *_owner;           /* worker of the last taker: spin only if it is another core */
+	int64_t _turn;          /* when the head waiter reached the head of the queue */
+	void *_head, *_tail;    /* parked waiters */
+} weft_mutex;
+
+#define WEFT_MUTEX_INIT { 0, 0, 0, 0, 0, 0 }
+
+/* Initialise m at run time: the same as assigning WEFT_MUTEX_INIT. */
+void weft_mutex_init(weft_mutex *m);
+
+/* Take m, waiting as long as it takes. Never fails; cancellation does not interrupt it. */
+void weft_mutex_lock(weft_mutex *m);
+
+/* Take m if it is free: 0, or -EAGAIN when it is held. Never blocks. */
+int weft_mutex_trylock(weft_mutex *m);
+
+/* Take m, waiting until the deadline at most: 0, -ETIMEDOUT or -ECANCELED. */
+int weft_mutex_lock_until(weft_mutex *m, int64_t deadline);
+
+/* Release m. It must be locked (by anyone); unlocking a mutex that is not locked aborts with
+ * "weft: weft_mutex_unlock: mutex is not locked". */
+void weft_mutex_unlock(weft_mutex *m);
+
+/* Check that m can be thrown away. Debug builds abort when it is locked or has waiters;
+ * otherwise nothing to do (a mutex owns no memory). */
+void weft_mutex_destroy(weft_mutex *m);
+
+/* Internal helpers of WEFT_WITH_LOCK. */
+static inline weft_mutex *weft__with_lock(weft_mutex *m)
+{
+	weft_mutex_lock(m);
+	return m;
+}
+
+static inline void weft__with_unlock(weft_mutex **m)
+{
+	if (*m)
+		weft_mutex_unlock(*m);
+	*m = 0;
+}
+
+#define WEFT__CAT2(a, b) a##b
+#define WEFT__CAT(a, b) WEFT__CAT2(a, b)
+
+/*
+ * WEFT_WITH_LOCK(&m) { ... } runs the block with m locked and unlocks it however the block is
+ * left: at its end, by break, continue, return or goto (a cleanup attribute on the loop
+ * variable, GNU C). The block runs exactly once. Blocks nest.
+ */
+#define WEFT_WITH_LOCK(m)                                                                          \
+	for (weft_mutex *WEFT__CAT(weft__held_, __LINE__)                                          \
+		     __attribute__((cleanup(weft__with_unlock))) = weft__with_lock(m);             \
+	     WEFT__CAT(weft__held_, __LINE__); weft__with_unlock(&WEFT__CAT(weft__held_, __LINE__)))
+
+/* ---- semaphore --------------------------------------------------------------------------- */
+
+/* A counting semaphore. Units released by weft_sem_post go to the longest waiter first. */
+typedef struct weft_sem {
+	unsigned int _lock;
+	unsigned int _count;
+	struct weft_waitq _q;
+} weft_sem;
+
+#define WEFT_SEM_INIT(value) { 0, (value), { 0, 0 } }
+
+/* Initialise s with `value` units: 0. */
+int weft_sem_init(weft_sem *s, unsigned int value);
+
+/* Take one unit, waiting for one if there is none: 0 or -ECANCELED. */
+int weft_sem_wait(weft_sem *s);
+
+/* Take one unit, waiting until the deadline at most: 0, -ETIMEDOUT or -ECANCELED. */
+int weft_sem_wait_until(weft_sem *s, int64_t deadline);
+
+/* Take one unit if there is one: 0, or -EAGAIN. */
+int weft_sem_trywait(weft_sem *s);
+
+/* Release one unit, to the first waiter if any: 0, or -EOVERFLOW when the count would exceed
+ * UINT_MAX. */
+int weft_sem_post(weft_sem *s);
+
+/* The number of units available now (a snapshot). */
+unsigned int weft_sem_value(weft_sem *s);
+
+/* Debug builds abort when s has waiters. */
+void weft_sem_destroy(weft_sem *s);
+
+/* ---- condition variable ------------------------------------------------------------------ */
+
+/* A condition variable for weft_mutex. Wake-ups are never spurious: a wait that returns 0 was
+ * ended by a signal or broadcast meant for it (still re-check your predicate when several
+ * waiters compete for the state it guards). */
+typedef struct weft_cond {
+	unsigned int _lock;
+	unsigned int _pad;
+	struct weft_waitq _q;
+} weft_cond;
+
+#define WEFT_COND_INIT { 0, 0, { 0, 0 } }
+
+/* Initialise c: the same as assigning WEFT_COND_INIT. */
+void weft_cond_init(weft_cond *c);
+
+/* Release m (which the caller holds), wait for a signal, take m again. Returns 0 or
+ * -ECANCELED; m is held again on return in every case. */
+int weft_cond_wait(weft_cond *c, weft_mutex *m);
+
+/* Same, until the deadline at most: 0, -ETIMEDOUT or -ECANCELED; m is held again on return.
+ * A deadline already past returns -ETIMEDOUT without releasing m. */
+int weft_cond_wait_until(weft_cond *c, weft_mutex *m, int64_t deadline);
+
+/* Wake the longest waiter, if any. Holding the mutex is not required. Returns how many were
+ * woken (0 or 1). */
+int weft_cond_signal(weft_cond *c);
+
+/* Wake every waiter. Returns how many were woken. */
+int weft_cond_broadcast(weft_cond *c);
+
+/* Debug builds abort when c has waiters. */
+void weft_cond_destroy(weft_cond *c);
+
+/* ---- reader-writer lock ------------------------------------------------------------------ */
+
+/*
+ * Many readers or one writer. Neither side starves: once a writer waits, new readers queue
+ * behind it; when a writer unlocks, every reader then waiting is let in together, before the
+ * next writer.
+ */
+typedef struct weft_rwlock {
+	unsigned int _lock;
+	unsigned int _readers;   /* readers holding it */
+	unsigned int _writer;    /* 1 while a writer holds it */
+	unsigned int _pad;
+	struct weft_waitq _rq;   /* waiting readers */
+	struct weft_waitq _wq;   /* waiting writers */
+} weft_rwlock;
+
+#define WEFT_RWLOCK_INIT { 0, 0, 0, 0, { 0, 0 }, { 0, 0 } }
+
+/* Initialise rw: the same as assigning WEFT_RWLOCK_INIT. */
+void weft_rwlock_init(weft_rwlock *rw);
+
+/* Take rw for reading / writing, waiting as long as it takes (never fails, not cancellable). */
+void weft_rwlock_rdlock(weft_rwlock *rw);
+void weft_rwlock_wrlock(weft_rwlock *rw);
+
+/* Same, until the deadline at most: 0, -ETIMEDOUT or -ECANCELED. */
+int weft_rwlock_rdlock_until(weft_rwlock *rw, int64_t deadline);
+int weft_rwlock_wrlock_until(weft_rwlock *rw, int64_t deadline);
+
+/* Take rw for reading / writing if that needs no wait: 0, or -EAGAIN. */
+int weft_rwlock_tryrdlock(weft_rwlock *rw);
+int weft_rwlock_trywrlock(weft_rwlock *rw);
+
+/* Release a read or write hold (rw knows which). Unlocking an rwlock that nobody holds aborts
+ * with "weft: weft_rwlock_unlock: rwlock is not locked". */
+void weft_rwlock_unlock(weft_rwlock *rw);
+
+/* Debug builds abort when rw is held or has waiters. */
+void weft_rwlock_destroy(weft_rwlock *rw);
+
+static inline weft_rwlock *weft__with_rdlock(weft_rwlock *rw)
+{
+	weft_rwlock_rdlock(rw);
+	return rw;
+}
+
+static inline weft_rwlock *weft__with_wrlock(weft_rwlock *rw)
+{
+	weft_rwlock_wrlock(rw);
+	return rw;
+}
+
+static inline void weft__with_rwunlock(weft_rwlock **rw)
+{
+	if (*rw)
+		weft_rwlock_unlock(*rw);
+	*rw = 0;
+}
+
+/* WEFT_WITH_RDLOCK(&rw) { ... } / WEFT_WITH_WRLOCK(&rw) { ... }: as WEFT_WITH_LOCK. */
+#define WEFT__WITH_RW(rw, take)                                                                    \
+	for (weft_rwlock *WEFT__CAT(weft__rwheld_, __LINE__)                                       \
+		     __attribute__((cleanup(weft__with_rwunlock))) = take(rw);                     \
+	     WEFT__CAT(weft__rwheld_, __LINE__);                                                  \
+	     weft__with_rwunlock(&WEFT__CAT(weft__rwheld_, __LINE__)))
+#define WEFT_WITH_RDLOCK(rw) WEFT__WITH_RW(rw, weft__with_rdlock)
+#define WEFT_WITH_WRLOCK(rw) WEFT__WITH_RW(rw, weft__with_wrlock)
+
+/* ---- wait group -------------------------------------------------------------------------- */
+
+/* Wait for a collection of tasks to finish (Go's sync.WaitGroup): add before starting each,
+ * done when each finishes, wait for the count to reach zero. */
+typedef struct weft_waitgroup {
+	unsigned int _lock;
+	unsigned int _pad;
+	int64_t _count;
+	struct weft_waitq _q;
+} weft_waitgroup;
+
+#define WEFT_WAITGROUP_INIT { 0, 0, 0, { 0, 0 } }
+
+/* Initialise wg: the same as assigning WEFT_WAITGROUP_INIT. */
+void weft_waitgroup_init(weft_waitgroup *wg);
+
+/* Add delta (may be negative) to the count; reaching zero releases every waiter. Returns 0.
+ * A count that goes negative aborts with "weft: weft_waitgroup_add: negative count". */
+int weft_waitgroup_add(weft_waitgroup *wg, int64_t delta);
+
+/* weft_waitgroup_add(wg, -1). */
+int weft_waitgroup_done(weft_waitgroup *wg);
+
+/* Wait until the count is zero: 0 or -ECANCELED. */
+int weft_waitgroup_wait(weft_waitgroup *wg);
+
+/* Same, until the deadline at most: 0, -ETIMEDOUT or -ECANCELED. */
+int weft_waitgroup_wait_until(weft_waitgroup *wg, int64_t deadline);
+
+/* ---- once -------------------------------------------------------------------------------- */
+
+/* Run an initialisation exactly once, whoever asks first (pthread_once, Go's sync.Once). */
+typedef struct weft_once {
+	unsigned int _state;     /* 0 not run, 1 running, 2 done */
+	unsigned int _lock;
+	const void *_runner;     /* the task or thread running fn: recursion check */
+	struct weft_waitq _q;
+} weft_once;
+
+#define WEFT_ONCE_INIT { 0, 0, 0, { 0, 0 } }
+
+/*
+ * Run fn(arg) if no call on o has run it yet; otherwise wait until the call that runs it has
+ * returned. Returns 0 once fn has completed, or -ECANCELED if the caller was cancelled while
+ * waiting for another caller's fn (fn itself is never interrupted). Calling weft_call_once on o
+ * from inside its own fn aborts in debug builds (it could never finish).
+ */
+int weft_call_once(weft_once *o, void (*fn)(void *), void *arg);
+
+/* ---- barrier ----------------------------------------------------------------------------- */
+
+/* n parties meet: each waits until all n have arrived, then all go on, and the barrier is
+ * ready for the next round. */
+typedef struct weft_barrier {
+	unsigned int _lock;
+	unsigned int _n;         /* parties per round */
+	unsigned int _arrived;   /* arrived in this round */
+	unsigned int _round;
+	struct weft_waitq _q;
+} weft_barrier;
+
+#define WEFT_BARRIER_INIT(n) { 0, (n), 0, 0, { 0, 0 } }
+
+/* weft_barrier_wait's result for the one caller that completed the round. */
+#define WEFT_BARRIER_LAST 1
+
+/* Initialise b for n parties: 0, or -EINVAL when n is 0. */
+int weft_barrier_init(weft_barrier *b, unsigned int n);
+
+/* Arrive and wait for the rest of the round: WEFT_BARRIER_LAST for the caller that completed
+ * it, 0 for the others, or -ECANCELED (the caller leaves the round: it no longer counts). */
+int weft_barrier_wait(weft_barrier *b);
+
+/* Same, until the deadline at most; -ETIMEDOUT also leaves the round. */
+int weft_barrier_wait_until(weft_barrier *b, int64_t deadline);
+
+/* Debug builds abort when b has waiters. */
+void weft_barrier_destroy(weft_barrier *b);
 
 /* ------------------------------------------------------------------------------------------ */
 /* File descriptors and sockets                                                               */

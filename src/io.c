@@ -225,9 +225,19 @@ ssize_t weft_sendmsg(int fd, const struct msghdr *m, int flags, int64_t deadline
 	return (ssize_t)done;
 }
 
+static int accept_once(int fd, struct sockaddr *addr, socklen_t *len, int flags, int64_t deadline)
+{
+	RETRY(fd, EPOLLIN, deadline, sys_accept4(fd, addr, len, flags));
+}
+
+/* The new fd is made non-blocking at once (saving the two fcntl calls of its first wait);
+ * what the program asked for is remembered for the shim. */
 int weft_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags, int64_t deadline)
 {
-	RETRY(fd, EPOLLIN, deadline, sys_accept4(fd, addr, len, flags | SOCK_CLOEXEC));
+	int r = accept_once(fd, addr, len, flags | SOCK_NONBLOCK | SOCK_CLOEXEC, deadline);
+	if (r >= 0)
+		poll_set_user_nonblock(r, flags & SOCK_NONBLOCK);
+	return r;
 }
 
 int weft_connect(int fd, const struct sockaddr *addr, socklen_t len, int64_t deadline)

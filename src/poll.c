@@ -173,25 +173,28 @@ int poll_wait(int fd, uint32_t events, int64_t deadline)
 	atomic_fetch_add(&P.waiters, 1);
 	spin_unlock(&d->lock);
 	int r = wait_park(w, deadline);
-	spin_lock(&d->lock);
-	if (*slot == w)
-		*slot = NULL;
-	spin_unlock(&d->lock);
+	if (r == -ETIMEDOUT || r == -ECANCELED) { /* nobody took us out of the slot */
+		spin_lock(&d->lock);
+		if (*slot == w)
+			*slot = NULL;
+		spin_unlock(&d->lock);
+	}
 	atomic_fetch_sub(&P.waiters, 1);
 	return r;
 }
 
-/* An edge: wake the waiter of that direction, or remember the edge. Lock held. */
-static int deliver(struct fdesc *d, struct wait **slot, uint32_t bit, int result)
+/* An edge: claim the waiter of that direction (to be finished once the lock is dropped: a
+ * wake-up may take a system call), or remember the edge. Lock held. */
+static struct wait *deliver(struct fdesc *d, struct wait **slot, uint32_t bit)
 {
-	if (*slot) {
-		struct wait *w = *slot;
+	struct wait *w = *slot;
+	if (w) {
 		*slot = NULL;
-		if (wait_wake(w, result))
-			return 1;
+		if (wait_claim(w))
+			return w;
 	}
 	d->ready |= bit;
-	return 0;
+	return NULL;
 }
 
 /* epoll_pwait2 (Linux 5.11) waits to the nanosecond; before it, and under qemu-user, which
@@ -232,12 +235,18 @@ int poll_run(int64_t deadline)
 		struct fdesc *d = fdesc_of(fd, false);
 		if (!d)
 			continue;
+		struct wait *r = NULL, *w = NULL;
 		spin_lock(&d->lock);
 		if (e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
-			woken += deliver(d, &d->rd, EPOLLIN, 0);
+			r = deliver(d, &d->rd, EPOLLIN);
 		if (e & (EPOLLOUT | EPOLLHUP | EPOLLERR))
-			woken += deliver(d, &d->wr, EPOLLOUT, 0);
+			w = deliver(d, &d->wr, EPOLLOUT);
 		spin_unlock(&d->lock);
+		if (r)
+			wait_finish(r, 0);
+		if (w)
+			wait_finish(w, 0);
+		woken += (r != NULL) + (w != NULL);
 	}
 	return woken;
 }
@@ -261,10 +270,12 @@ void poll_forget(int fd)
 	d->ready = 0;
 	d->user_nonblock = -1;
 	d->not_socket = false;
-	if (d->rd)
-		wait_wake(d->rd, -EBADF);
-	if (d->wr)
-		wait_wake(d->wr, -EBADF);
+	struct wait *r = d->rd && wait_claim(d->rd) ? d->rd : NULL;
+	struct wait *w = d->wr && wait_claim(d->wr) ? d->wr : NULL;
 	d->rd = d->wr = NULL;
 	spin_unlock(&d->lock);
+	if (r)
+		wait_finish(r, -EBADF);
+	if (w)
+		wait_finish(w, -EBADF);
 }

@@ -48,7 +48,7 @@
 #define GLOBAL_EVERY 61
 #define STEAL_ROUNDS 4
 #define BUSY_POLL_NS 20000  /* a busy worker polls fds at most this often */
-#define STUCK_NS 2000000    /* a worker on one task this long with work queued is stuck */
+#define STUCK_NS 5000000    /* a worker on one task this long with work queued is stuck */
 #define SPIN_NS 20000       /* an idle worker looks for work this long before sleeping */
 #define TIMER_SPIN_NS 20000 /* and wakes this long before a deadline, then spins up to it:
 			     * a futex timeout alone ends 20-60 us late on a virtual machine */
@@ -365,7 +365,7 @@ _Noreturn void sched_exit(void)
 {
 	struct worker *w = worker_self();
 	weft_task *self = w->cur;
-	w->exited++;
+	counter_inc(&w->exited);
 	task_set_state(self, TASK_DONE);
 	switch_to(w, self, pick(w));
 	abort(); /* unreachable: nobody switches back to a finished task */
@@ -380,6 +380,11 @@ void weft_yield(void)
 	}
 	weft_task *self = w->cur;
 	weft_task *next = pick(w);
+	if (!next) { /* alone: the periodic checks in pick() would never come round */
+		run_timers(w);
+		busy_poll();
+		next = pick(w);
+	}
 	if (!next)
 		next = global_pop(w);
 	if (!next)
@@ -430,8 +435,9 @@ static weft_task *steal(struct worker *w)
 				steal_timers(v);
 			uint32_t got = runq_grab(&v->q, batch, RUNQ_SIZE / 2);
 			if (got) {
+				/* not runq_push: timers stolen above may have filled our ring */
 				for (uint32_t k = 1; k < got; k++)
-					runq_push(&w->q, batch[k]);
+					push_local(w, batch[k]);
 				return batch[0];
 			}
 			/* Its `next` is about to run there; take it only on the last round. */
@@ -481,6 +487,19 @@ static int count_threads(void)
 	return n;
 }
 
+/* Threads that exist before the workers start: not counted as possible wakers. Counted before
+ * the main task can start threads of its own. TSan starts a helper thread with the first
+ * pthread_create: make it exist now, so it is counted here too. */
+static int threads_before_run(void)
+{
+#ifdef WEFT_TSAN
+	pthread_t t;
+	if (pthread_create(&t, NULL, (void *(*)(void *))sched_running, NULL) == 0)
+		pthread_join(t, NULL);
+#endif
+	return count_threads();
+}
+
 static void print_blocked(struct stack *s, void *ctx)
 {
 	weft_task *t = (weft_task *)s;
@@ -500,7 +519,8 @@ static void check_deadlock(void)
 	for (int i = 0; i < S.n; i++) {
 		if (atomic_load(&S.w[i]->timers.first) != INT64_MAX)
 			return;
-		live += S.w[i]->spawned - S.w[i]->exited;
+		live += atomic_load_explicit(&S.w[i]->spawned, memory_order_relaxed) -
+			atomic_load_explicit(&S.w[i]->exited, memory_order_relaxed);
 	}
 	if (live <= 0 || atomic_load(&wait_foreign_parked) > 0 || poll_waiters() > 0 ||
 	    blocking_jobs() > 0)
@@ -819,6 +839,7 @@ int weft_run(int (*main_task)(void *), void *arg)
 	struct sigaction sa = { .sa_sigaction = on_segv, .sa_flags = SA_SIGINFO | SA_ONSTACK };
 	sigaction(SIGSEGV, &sa, &S.old_segv);
 	int old_slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+	S.threads_at_start = threads_before_run();
 	worker_enter(S.w[0]);
 	weft_task *m = task_spawn(S.w[0], main_entry, NULL,
 				  &(weft_spawn_opts){ .name = "main", .detached = 1 });
@@ -835,8 +856,7 @@ int weft_run(int (*main_task)(void *), void *arg)
 	}
 	atomic_store(&S.monitor_word, 0);
 	bool monitoring = !err && pthread_create(&S.monitor, NULL, monitor, NULL) == 0;
-	/* Counted once the workers exist: a sanitizer may start a helper thread with them. */
-	S.threads_at_start = count_threads() - (n - 1) - monitoring;
+	S.threads_at_start -= !monitoring; /* the deadlock check counts a monitor */
 	worker_loop(S.w[0]);
 	for (int i = 1; i < S.cap; i++)
 		if (i < started || S.w[i]->started)

@@ -32,7 +32,8 @@ struct worker {
 	struct timer_heap timers;
 	struct stack_cache stacks;
 	uint64_t id_next, id_end;     /* block of task ids */
-	int64_t spawned, exited;      /* live tasks = sum(spawned - exited) over workers */
+	_Atomic int64_t spawned, exited; /* live tasks = sum(spawned - exited) over workers;
+					  * written by the owner only (counter_inc) */
 	_Atomic uint32_t wake_word;   /* futex the idle worker sleeps on */
 	struct worker *idle_link;
 	pthread_t thread;
@@ -60,6 +61,13 @@ static inline struct worker *worker_self(void)
 #else
 struct worker *worker_self(void);
 #endif
+
+/* A counter only its worker writes: a plain increment, atomic for other readers. */
+static inline void counter_inc(_Atomic int64_t *c)
+{
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+}
 
 /* Make a parked or new task runnable: onto the calling worker's `next` slot (it runs right
  * after the caller), or the global queue when called from a plain thread. */

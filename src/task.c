@@ -38,7 +38,7 @@ weft_task *task_spawn(struct worker *w, void (*fn)(void *), void *arg,
 #ifdef WEFT_TSAN
 	t->tsan_fiber = __tsan_create_fiber(0);
 #endif
-	w->spawned++;
+	counter_inc(&w->spawned);
 	sched_ready_tail(t);
 	return t;
 }

@@ -26,55 +26,57 @@ void timer_heap_destroy(struct timer_heap *h)
 	h->n = h->cap = 0;
 }
 
-static void place(struct timer_heap *h, int i, struct timer *t)
+#define ARITY 4
+
+static void place(struct timer_heap *h, int i, struct timer_slot e)
 {
-	h->a[i] = t;
-	t->idx = i;
+	h->a[i] = e;
+	e.t->idx = i;
 }
 
 static void sift_up(struct timer_heap *h, int i)
 {
-	struct timer *t = h->a[i];
+	struct timer_slot e = h->a[i];
 	while (i > 0) {
-		int p = (i - 1) / 2;
-		if (h->a[p]->when <= t->when)
+		int p = (i - 1) / ARITY;
+		if (h->a[p].when <= e.when)
 			break;
 		place(h, i, h->a[p]);
 		i = p;
 	}
-	place(h, i, t);
+	place(h, i, e);
 }
 
 static void sift_down(struct timer_heap *h, int i)
 {
-	struct timer *t = h->a[i];
+	struct timer_slot e = h->a[i];
 	for (;;) {
-		int c = 2 * i + 1;
+		int c = ARITY * i + 1, best = c;
 		if (c >= h->n)
 			break;
-		if (c + 1 < h->n && h->a[c + 1]->when < h->a[c]->when)
-			c++;
-		if (t->when <= h->a[c]->when)
+		for (int k = c + 1; k < c + ARITY && k < h->n; k++)
+			if (h->a[k].when < h->a[best].when)
+				best = k;
+		if (e.when <= h->a[best].when)
 			break;
-		place(h, i, h->a[c]);
-		i = c;
+		place(h, i, h->a[best]);
+		i = best;
 	}
-	place(h, i, t);
+	place(h, i, e);
 }
 
 static void publish_first(struct timer_heap *h)
 {
-	atomic_store_explicit(&h->first, h->n ? h->a[0]->when : INT64_MAX, memory_order_release);
+	atomic_store_explicit(&h->first, h->n ? h->a[0].when : INT64_MAX, memory_order_release);
 }
 
 /* Remove the entry at i; lock held. */
 static void remove_at(struct timer_heap *h, int i)
 {
-	struct timer *t = h->a[i];
-	t->idx = -1;
+	h->a[i].t->idx = -1;
 	if (--h->n > i) {
-		struct timer *m = h->a[h->n];
-		place(h, i, m);
+		struct timer *m = h->a[h->n].t;
+		place(h, i, h->a[h->n]);
 		sift_down(h, i);
 		sift_up(h, m->idx);
 	}
@@ -85,7 +87,7 @@ int timer_add(struct timer_heap *h, struct timer *t, int64_t when)
 	spin_lock(&h->lock);
 	if (h->n == h->cap) {
 		int cap = h->cap ? 2 * h->cap : 64;
-		struct timer **a = realloc(h->a, (size_t)cap * sizeof *a);
+		struct timer_slot *a = realloc(h->a, (size_t)cap * sizeof *a);
 		if (!a) {
 			spin_unlock(&h->lock);
 			return -ENOMEM;
@@ -95,7 +97,7 @@ int timer_add(struct timer_heap *h, struct timer *t, int64_t when)
 	}
 	t->when = when;
 	t->heap = h;
-	place(h, h->n++, t);
+	place(h, h->n++, (struct timer_slot){ when, t });
 	sift_up(h, t->idx);
 	publish_first(h);
 	spin_unlock(&h->lock);
@@ -122,8 +124,8 @@ int timer_expire(struct timer_heap *h, int64_t now, bool (*claim)(struct timer *
 	struct timer *list = NULL;
 	int n = 0;
 	spin_lock(&h->lock);
-	while (h->n && h->a[0]->when <= now) {
-		struct timer *t = h->a[0];
+	while (h->n && h->a[0].when <= now) {
+		struct timer *t = h->a[0].t;
 		remove_at(h, 0);
 		if (claim(t)) {
 			t->fired = list;

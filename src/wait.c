@@ -92,8 +92,12 @@ int wait_park(struct wait *w, int64_t deadline)
 		}
 	}
 	sched_park();
-	timer_del(&t->timer);
-	return result_of(w);
+	int r = result_of(w);
+	if (r == -ETIMEDOUT)
+		t->timer.heap = NULL; /* expiry took it out of the heap: no lock needed */
+	else
+		timer_del(&t->timer);
+	return r;
 }
 
 int wait_abandon(struct wait *w)

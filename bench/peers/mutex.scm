@@ -1,0 +1,49 @@
+;; bench/peers/mutex.scm - the seed's Gambit program (shared/seeds/002), as a baseline for
+;; bench/mutex, which compiles it with `gsc -exe` and runs it when Gambit is installed.
+;;
+;;   mutex N ITERS   -> prints "<ns per increment> -1"  (the wait for the lock is not timed)
+;;
+;; Unchanged from the seed but for three things: the number of threads and of increments come
+;; from the command line (the seed used the processor count and 10^6), the run times itself
+;; with real-time, and it prints ns per increment instead of the count (which it checks).
+
+(declare (standard-bindings) (extended-bindings) (fixnum) (not safe) (block))
+
+(define count 0)
+
+(define mut (make-mutex))
+
+(define iters (string->number (caddr (command-line))))
+
+(define (body)
+  (let loop ((n iters))
+    (if (> n 0)
+        (begin
+          (mutex-lock! mut)
+          (set! count (+ count 1))
+          (mutex-unlock! mut)
+          (loop (- n 1))))))
+
+(define (iota n)
+  (let loop ((i (- n 1)) (lst '()))
+    (if (>= i 0)
+        (loop (- i 1) (cons i lst))
+        lst)))
+
+(define nthreads (string->number (cadr (command-line))))
+
+(define start (real-time))
+
+(define threads
+  (map (lambda (id) (thread-start! (make-thread body)))
+       (iota nthreads)))
+
+(map thread-join! threads)
+
+(define elapsed (fl- (real-time) start)) ; fl ops: (fixnum) makes + - * / fixnum-only
+
+(if (not (= count (* nthreads iters)))
+    (begin (display "wrong count\n" (current-error-port)) (exit 1)))
+
+(display (fl/ (fl* elapsed 1e9) (fixnum->flonum (* nthreads iters))))
+(display " -1\n")

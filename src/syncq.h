@@ -1,0 +1,187 @@
+/*
+ * syncq.h - what the synchronisation primitives (sync.c, cond.c, rwlock.c) share: a tiny lock
+ * word, an intrusive FIFO of waiters whose nodes live on the waiters' own stacks, and the
+ * park/grant steps of wait.h written once. Internal to weft. (weft_mutex, which is built for
+ * contention, has its own queue in mutex.c.)
+ *
+ * The pattern, for a primitive P guarded by P->_lock with a queue P->_q:
+ *
+ *   waiter:  sync_lock(&P->_lock);
+ *            if (it can go on) { ...; sync_unlock(&P->_lock); return 0; }
+ *            struct sync_waiter n = { 0 };
+ *            r = syncq_wait(&P->_lock, &P->_q, &n, "what", P, deadline, cancellable);
+ *            -- r == 0: granted, P->_lock NOT held; the granter already did the bookkeeping
+ *            -- r < 0:  -ETIMEDOUT/-ECANCELED/-ENOMEM, n unlinked, P->_lock held: undo, unlock
+ *
+ *   granter: sync_lock(&P->_lock);
+ *            n = syncq_claim(&P->_q);      -- first waiter still waiting, unlinked and claimed
+ *            ...bookkeeping for it...;  sync_unlock(&P->_lock);
+ *            syncq_finish(n);              -- it resumes with 0
+ *
+ * Every wake-up is a grant: a waiter resumed with 0 has got what it waited for, so there are
+ * no spurious wake-ups and nothing to re-check. A grant and a deadline (or weft_cancel) race
+ * for the claim of wait.h and exactly one wins: a waiter whose claim was lost to its deadline
+ * is skipped (and unlinked) by the granter, which then grants the next one, so nothing granted
+ * is ever lost. A claimed waiter cannot return before it is finished, so its node stays valid
+ * until syncq_finish; the granter touches no node after that.
+ */
+#ifndef WEFT_SYNCQ_H
+#define WEFT_SYNCQ_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "spin.h"
+#include "wait.h"
+#include "weft.h"
+
+/* Debug builds check misuse (destroying a primitive that has waiters, ...). On unless NDEBUG;
+ * -DWEFT_DEBUG forces it on. */
+#if !defined(NDEBUG) && !defined(WEFT_DEBUG)
+#define WEFT_DEBUG 1
+#endif
+
+struct sync_waiter {
+	struct sync_waiter *next, *prev;
+	struct wait *w;
+	uintptr_t want;   /* what it waits for, per primitive (rwlock: reader/writer; barrier: round) */
+};
+
+/* ---- the lock word: a test-and-test-and-set lock held for a few instructions -------------- */
+
+static inline void sync_lock(unsigned *l)
+{
+	while (__atomic_exchange_n(l, 1u, __ATOMIC_ACQUIRE))
+		while (__atomic_load_n(l, __ATOMIC_RELAXED))
+			cpu_relax();
+}
+
+static inline void sync_unlock(unsigned *l)
+{
+	__atomic_store_n(l, 0u, __ATOMIC_RELEASE);
+}
+
+/* ---- the queue (guarded by the primitive's lock) ----------------------------------------- */
+
+static inline bool syncq_empty(const struct weft_waitq *q)
+{
+	return q->_first == NULL;
+}
+
+/* _first is also read without the lock (weft_cond_signal's look for waiters): store it
+ * atomically. */
+static inline void set_first(struct weft_waitq *q, struct sync_waiter *n)
+{
+	__atomic_store_n(&q->_first, (void *)n, __ATOMIC_RELAXED);
+}
+
+static inline void syncq_push(struct weft_waitq *q, struct sync_waiter *n)
+{
+	struct sync_waiter *t = q->_last;
+	n->next = NULL;
+	n->prev = t;
+	if (t)
+		t->next = n;
+	else
+		set_first(q, n);
+	q->_last = n;
+}
+
+static inline void syncq_remove(struct weft_waitq *q, struct sync_waiter *n)
+{
+	if (n->prev)
+		n->prev->next = n->next;
+	else
+		set_first(q, n->next);
+	if (n->next)
+		n->next->prev = n->prev;
+	else
+		q->_last = n->prev;
+	n->next = n->prev = n; /* marks "unlinked": a linked node never points to itself */
+}
+
+static inline bool syncq_linked(const struct sync_waiter *n)
+{
+	return n->next != n;
+}
+
+/* The first waiter still waiting, unlinked and claimed; NULL when there is none. Waiters that
+ * lost their claim to a deadline or a cancel are unlinked on the way (they are leaving). */
+static inline struct sync_waiter *syncq_claim(struct weft_waitq *q)
+{
+	struct sync_waiter *n;
+	while ((n = q->_first)) {
+		syncq_remove(q, n);
+		if (wait_claim(n->w))
+			return n;
+	}
+	return NULL;
+}
+
+/* Claim every waiter; returns them chained through `next` (NULL-terminated), count in *n. */
+static inline struct sync_waiter *syncq_claim_all(struct weft_waitq *q, unsigned *count)
+{
+	struct sync_waiter *chain = NULL, **tail = &chain, *n;
+	*count = 0;
+	while ((n = syncq_claim(q))) {
+		*tail = n;
+		tail = &n->next;
+		++*count;
+	}
+	*tail = NULL;
+	return chain;
+}
+
+/* Resume a claimed waiter (after the primitive's lock is released). */
+static inline void syncq_finish(struct sync_waiter *n)
+{
+	if (n)
+		wait_finish(n->w, 0);
+}
+
+/* Resume a chain from syncq_claim_all. Reads each link before waking its node: a node is gone
+ * the moment its waiter runs. */
+static inline void syncq_finish_all(struct sync_waiter *n)
+{
+	while (n) {
+		struct sync_waiter *next = n->next;
+		wait_finish(n->w, 0);
+		n = next;
+	}
+}
+
+/* Called with *lock held, having decided to wait: queue n, park until granted, the deadline or
+ * a cancel. 0: granted, *lock released. <0: n unlinked, *lock held. */
+static inline int syncq_wait(unsigned *lock, struct weft_waitq *q, struct sync_waiter *n,
+			     const char *reason, const void *obj, int64_t deadline, bool cancellable)
+{
+	n->w = cancellable ? wait_begin(reason, obj) : wait_begin_nocancel(reason, obj);
+	syncq_push(q, n);
+	sync_unlock(lock);
+	int r = wait_park(n->w, deadline);
+	if (r == 0)
+		return 0;
+	sync_lock(lock);
+	if (syncq_linked(n))
+		syncq_remove(q, n);
+	return r;
+}
+
+static inline bool deadline_passed(int64_t deadline)
+{
+	return deadline != WEFT_FOREVER && deadline <= weft_now();
+}
+
+/* A misuse that debug builds catch: "weft: <what> (<object>)" on stderr, then abort. */
+__attribute__((noreturn, cold)) static inline void sync_misuse(const char *what, const void *obj)
+{
+	char msg[200];
+	int n = snprintf(msg, sizeof msg, "weft: %s (%p)\n", what, obj);
+	if (write(2, msg, (size_t)n) < 0) {
+	}
+	abort();
+}
+#endif

@@ -1,0 +1,558 @@
+/* Tests of weft_mutex: mutual exclusion under stress (tasks on every worker plus plain
+ * threads), trylock, deadlines, cancellation, the scoped WEFT_WITH_LOCK, the fairness bound,
+ * and the misuse reports. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <dirent.h>
+#include <string.h>
+
+#include "test.h"
+
+#define MS 1000000LL
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define SLOW 1 /* sanitizers: fewer iterations, same checks */
+#else
+#define SLOW 0
+#endif
+
+static weft_mutex lock = WEFT_MUTEX_INIT;
+static long counter;        /* guarded by lock */
+static atomic_int inside;   /* how many are inside the critical section: must stay <= 1 */
+
+static void critical(void)
+{
+	CHECK_EQ(atomic_fetch_add(&inside, 1), 0);
+	counter++;
+	atomic_fetch_sub(&inside, 1);
+}
+
+/* Poll until *flag reaches want (with a generous limit: a stuck test fails, not hangs). */
+static void await_int(atomic_int *flag, int want)
+{
+	int64_t give_up = weft_now() + 5000 * MS;
+	while (atomic_load(flag) < want) {
+		CHECK(weft_now() < give_up);
+		if (weft_self())
+			weft_sleep_until(weft_now() + 100000);
+		else
+			usleep(100);
+	}
+}
+
+/* ---- mutual exclusion ---------------------------------------------------------------------- */
+
+enum { TASKS = 64, THREADS = 4 };
+static const long ROUNDS = SLOW ? 2000 : 20000;
+
+/* Some holders yield or sleep inside the critical section, so that contenders really park
+ * (and the lock is handed over while its holder is off its CPU). */
+static void hammer(long rounds, unsigned seed)
+{
+	for (long i = 0; i < rounds; i++) {
+		weft_mutex_lock(&lock);
+		critical();
+		seed = seed * 1103515245 + 12345;
+		if ((seed >> 16) % 512 == 0)
+			weft_yield();
+		weft_mutex_unlock(&lock);
+	}
+}
+
+static void hammer_task(void *arg)
+{
+	hammer(ROUNDS, (unsigned)(uintptr_t)arg);
+}
+
+static void *hammer_thread(void *arg)
+{
+	hammer(ROUNDS, (unsigned)(uintptr_t)arg);
+	return NULL;
+}
+
+static int exclusion(void *arg)
+{
+	(void)arg;
+	pthread_t th[THREADS];
+	weft_task *t[TASKS];
+	for (int i = 0; i < THREADS; i++)
+		CHECK_EQ(pthread_create(&th[i], NULL, hammer_thread, (void *)(uintptr_t)(1000 + i)), 0);
+	for (int i = 0; i < TASKS; i++)
+		CHECK((t[i] = weft_spawn(hammer_task, (void *)(uintptr_t)(i + 1))));
+	for (int i = 0; i < TASKS; i++)
+		CHECK_EQ(weft_join(t[i]), 0);
+	for (int i = 0; i < THREADS; i++)
+		CHECK_EQ(pthread_join(th[i], NULL), 0);
+	CHECK_EQ(counter, (TASKS + THREADS) * ROUNDS);
+	CHECK_EQ(weft_mutex_trylock(&lock), 0); /* left unlocked, with nobody queued */
+	weft_mutex_unlock(&lock);
+	weft_mutex_destroy(&lock);
+	return 0;
+}
+
+TEST(mutual_exclusion_tasks_and_threads)
+{
+	RUN(exclusion);
+}
+
+/* The same with one worker: every contender is on the holder's worker. */
+TEST(mutual_exclusion_one_worker)
+{
+	setenv("WEFT_WORKERS", "1", 1);
+	RUN(exclusion);
+}
+
+/* Plain threads only, no weft_run at all: they park on futexes. */
+TEST(mutual_exclusion_plain_threads_only)
+{
+	enum { N = 6 };
+	pthread_t th[N];
+	for (int i = 0; i < N; i++)
+		CHECK_EQ(pthread_create(&th[i], NULL, hammer_thread, (void *)(uintptr_t)(i + 7)), 0);
+	for (int i = 0; i < N; i++)
+		CHECK_EQ(pthread_join(th[i], NULL), 0);
+	CHECK_EQ(counter, N * ROUNDS);
+}
+
+/* ---- trylock and deadlines ----------------------------------------------------------------- */
+
+static atomic_int held, release;
+
+/* Takes the lock, says so, and keeps it until told to let go. */
+static void holder(void *arg)
+{
+	(void)arg;
+	weft_mutex_lock(&lock);
+	atomic_store(&held, 1);
+	await_int(&release, 1);
+	weft_mutex_unlock(&lock);
+}
+
+static void *holder_thread(void *arg)
+{
+	holder(arg);
+	return NULL;
+}
+
+static void try_from_task(void *arg)
+{
+	CHECK_EQ(weft_mutex_trylock(&lock), (int)(intptr_t)arg);
+}
+
+static void check_deadlines(void)
+{
+	int64_t t0 = weft_now();
+	CHECK_EQ(weft_mutex_lock_until(&lock, t0 + 3 * MS), -ETIMEDOUT);
+	CHECK(weft_now() - t0 >= 3 * MS); /* never early */
+	t0 = weft_now();
+	CHECK_EQ(weft_mutex_lock_until(&lock, t0 - 1), -ETIMEDOUT); /* past: does not block */
+	CHECK_EQ(weft_mutex_lock_until(&lock, 0), -ETIMEDOUT);
+	CHECK(weft_now() - t0 < 1000 * MS);
+	CHECK_EQ(weft_mutex_trylock(&lock), -EAGAIN);
+}
+
+static int try_and_deadline(void *arg)
+{
+	(void)arg;
+	/* free: trylock takes it; held: -EAGAIN, from this task and from another */
+	CHECK_EQ(weft_mutex_trylock(&lock), 0);
+	CHECK_EQ(weft_mutex_trylock(&lock), -EAGAIN);
+	CHECK_EQ(weft_join(weft_spawn(try_from_task, (void *)(intptr_t)-EAGAIN)), 0);
+	weft_mutex_unlock(&lock);
+	CHECK_EQ(weft_join(weft_spawn(try_from_task, (void *)(intptr_t)0)), 0);
+	weft_mutex_unlock(&lock); /* any task may unlock */
+	CHECK_EQ(weft_mutex_lock_until(&lock, weft_now() - 1), 0); /* free: a past deadline is fine */
+	weft_mutex_unlock(&lock);
+
+	/* held by a task, then by a plain thread: deadlines expire, and a later one succeeds */
+	for (int k = 0; k < 2; k++) {
+		atomic_store(&held, 0);
+		atomic_store(&release, 0);
+		pthread_t th;
+		weft_task *t = NULL;
+		if (k == 0)
+			CHECK((t = weft_spawn(holder, NULL)));
+		else
+			CHECK_EQ(pthread_create(&th, NULL, holder_thread, NULL), 0);
+		await_int(&held, 1);
+		check_deadlines();
+		atomic_store(&release, 1);
+		CHECK_EQ(weft_mutex_lock_until(&lock, weft_now() + 5000 * MS), 0);
+		weft_mutex_unlock(&lock);
+		if (k == 0)
+			CHECK_EQ(weft_join(t), 0);
+		else
+			CHECK_EQ(pthread_join(th, NULL), 0);
+	}
+	return 0;
+}
+
+TEST(trylock_and_deadlines)
+{
+	RUN(try_and_deadline);
+}
+
+/* A plain thread waits with a deadline on a lock a task holds. */
+static void *thread_deadline(void *arg)
+{
+	(void)arg;
+	check_deadlines();
+	return NULL;
+}
+
+static int thread_deadlines(void *arg)
+{
+	(void)arg;
+	weft_mutex_lock(&lock);
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, thread_deadline, NULL), 0);
+	CHECK_EQ(pthread_join(th, NULL), 0);
+	weft_mutex_unlock(&lock);
+	return 0;
+}
+
+TEST(plain_thread_deadlines)
+{
+	RUN(thread_deadlines);
+}
+
+/* Many short deadlines racing with hand-overs: whoever gets 0 holds the lock alone, and the
+ * lock ends up free with nobody queued. */
+static atomic_long got, timed_out;
+
+static void impatient(void *arg)
+{
+	unsigned seed = (unsigned)(uintptr_t)arg;
+	for (int i = 0; i < (SLOW ? 200 : 1000); i++) {
+		seed = seed * 1103515245 + 12345;
+		int r = weft_mutex_lock_until(&lock, weft_now() + (seed >> 16) % 50000);
+		if (r == -ETIMEDOUT) {
+			atomic_fetch_add(&timed_out, 1);
+			continue;
+		}
+		CHECK_EQ(r, 0);
+		critical();
+		if ((seed >> 8) % 4 == 0)
+			weft_sleep_until(weft_now() + 20000); /* hold it across a park */
+		weft_mutex_unlock(&lock);
+		atomic_fetch_add(&got, 1);
+	}
+}
+
+static int deadline_races(void *arg)
+{
+	(void)arg;
+	enum { N = 32 };
+	weft_task *t[N];
+	for (int i = 0; i < N; i++)
+		CHECK((t[i] = weft_spawn(impatient, (void *)(uintptr_t)(i * 7 + 1))));
+	for (int i = 0; i < N; i++)
+		CHECK_EQ(weft_join(t[i]), 0);
+	CHECK_EQ(counter, atomic_load(&got));
+	CHECK(atomic_load(&timed_out) > 0);
+	CHECK_EQ(lock._state, 0); /* unlocked, no waiter, no flag left behind */
+	return 0;
+}
+
+TEST(deadlines_race_with_handovers)
+{
+	RUN(deadline_races);
+}
+
+/* ---- cancellation -------------------------------------------------------------------------- */
+
+static atomic_int cancel_results;
+
+static void wait_cancellable(void *arg)
+{
+	(void)arg;
+	CHECK_EQ(weft_mutex_lock_until(&lock, WEFT_FOREVER), -ECANCELED);
+	atomic_fetch_add(&cancel_results, 1);
+}
+
+/* weft_mutex_lock cannot fail: a cancelled task still gets the lock. */
+static void wait_uncancellable(void *arg)
+{
+	(void)arg;
+	weft_mutex_lock(&lock);
+	CHECK(weft_cancelled());
+	critical();
+	weft_mutex_unlock(&lock);
+	/* and a free lock is taken even when cancelled (not a blocking point) */
+	CHECK_EQ(weft_mutex_lock_until(&lock, WEFT_FOREVER), 0);
+	weft_mutex_unlock(&lock);
+	atomic_fetch_add(&cancel_results, 10);
+}
+
+static int cancels(void *arg)
+{
+	(void)arg;
+	enum { N = 20 };
+	weft_task *a[N], *b[N];
+	weft_mutex_lock(&lock);
+	for (int i = 0; i < N; i++) {
+		CHECK((a[i] = weft_spawn(wait_cancellable, NULL)));
+		CHECK((b[i] = weft_spawn(wait_uncancellable, NULL)));
+	}
+	weft_sleep_until(weft_now() + 5 * MS); /* let them all queue */
+	for (int i = 0; i < N; i++) {
+		weft_cancel(a[i]);
+		weft_cancel(b[i]);
+	}
+	for (int i = 0; i < N; i++)
+		CHECK_EQ(weft_join(a[i]), 0);
+	CHECK_EQ(atomic_load(&cancel_results), N); /* only the cancellable ones are back */
+	weft_mutex_unlock(&lock);
+	for (int i = 0; i < N; i++)
+		CHECK_EQ(weft_join(b[i]), 0);
+	CHECK_EQ(atomic_load(&cancel_results), 11 * N);
+	CHECK_EQ(counter, N);
+	CHECK_EQ(lock._state, 0);
+	return 0;
+}
+
+TEST(cancellation)
+{
+	RUN(cancels);
+}
+
+/* Cancels racing with hand-overs and wake-ups of a busy lock. */
+/* A free lock is not a blocking point, so the last task left would never see its cancel in
+ * lock_until: it looks for it itself too. */
+static void busy_cancellable(void *arg)
+{
+	(void)arg;
+	while (!weft_cancelled()) {
+		int r = weft_mutex_lock_until(&lock, WEFT_FOREVER);
+		if (r == -ECANCELED)
+			return;
+		CHECK_EQ(r, 0);
+		critical();
+		weft_mutex_unlock(&lock);
+	}
+}
+
+static int cancel_races(void *arg)
+{
+	(void)arg;
+	enum { N = 50 };
+	weft_task *t[N];
+	for (int round = 0; round < (SLOW ? 3 : 10); round++) {
+		for (int i = 0; i < N; i++)
+			CHECK((t[i] = weft_spawn(busy_cancellable, NULL)));
+		weft_sleep_until(weft_now() + 2 * MS);
+		for (int i = 0; i < N; i++)
+			weft_cancel(t[i]);
+		for (int i = 0; i < N; i++)
+			CHECK_EQ(weft_join(t[i]), 0);
+		CHECK_EQ(lock._state, 0);
+	}
+	CHECK(counter > 0);
+	return 0;
+}
+
+TEST(cancel_races_with_handovers)
+{
+	RUN(cancel_races);
+}
+
+/* ---- WEFT_WITH_LOCK ------------------------------------------------------------------------ */
+
+static bool unlocked(void)
+{
+	if (weft_mutex_trylock(&lock) != 0)
+		return false;
+	weft_mutex_unlock(&lock);
+	return true;
+}
+
+static int early_return(void)
+{
+	WEFT_WITH_LOCK(&lock) {
+		CHECK(!unlocked());
+		return 42;
+	}
+	return 0;
+}
+
+TEST(with_lock_unlocks_on_every_exit)
+{
+	int runs = 0;
+	WEFT_WITH_LOCK(&lock) {
+		runs++;
+		CHECK(!unlocked());
+	}
+	CHECK_EQ(runs, 1);
+	CHECK(unlocked());
+	for (int i = 0; i < 3; i++)
+		WEFT_WITH_LOCK(&lock) {
+			if (i == 1)
+				break;
+		}
+	CHECK(unlocked());
+	for (int i = 0; i < 3; i++)
+		WEFT_WITH_LOCK(&lock) {
+			continue;
+		}
+	CHECK(unlocked());
+	CHECK_EQ(early_return(), 42);
+	CHECK(unlocked());
+	WEFT_WITH_LOCK(&lock) {
+		goto out;
+	}
+out:
+	CHECK(unlocked());
+	static weft_mutex other = WEFT_MUTEX_INIT;
+	WEFT_WITH_LOCK(&lock) {
+		WEFT_WITH_LOCK(&other) { /* nests */
+			CHECK(!unlocked());
+		}
+		CHECK_EQ(weft_mutex_trylock(&other), 0);
+		weft_mutex_unlock(&other);
+	}
+	CHECK(unlocked());
+}
+
+/* ---- fairness -----------------------------------------------------------------------------
+ * FAIR_TASKS contenders take the lock in a tight loop, doing some work inside, until together
+ * they have taken it 10^6 times (~20 ms; several times that under sanitizers). Each times
+ * every one of its waits (a failed trylock, then lock). With barging alone a parked waiter
+ * could wait out most of the run; with the 1 ms turn at the head of the queue a wait lasts
+ * about (contenders - 1) turns at most, ~3 ms here. Asserted: the issue's 10 ms, plus the time
+ * the kernel kept this process's threads waiting for a CPU during the attempt (run_delay in
+ * /proc/self/task/N/schedstat): a worker descheduled while its task holds the lock stops
+ * everyone, and that is not the lock's doing (seen on a shared 2-core box: a holder off its
+ * CPU for 8 ms). Time stolen by a hypervisor does not show there, so the measurement is tried
+ * up to 3 times and must meet the bound once. A lock that lets waiters starve fails every
+ * attempt on a quiet machine (checked by making the turn 10 s long: 16 ms waits). */
+static int64_t run_delay_ns(void)
+{
+	int64_t total = 0;
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		char path[300];
+		long long run, delay;
+		snprintf(path, sizeof path, "/proc/self/task/%s/schedstat", e->d_name);
+		FILE *f = fopen(path, "r");
+		if (f && fscanf(f, "%lld %lld", &run, &delay) == 2)
+			total += delay;
+		if (f)
+			fclose(f);
+	}
+	if (d)
+		closedir(d);
+	return total;
+}
+
+enum { FAIR_TASKS = 4 };
+static const long FAIR_TOTAL = 1000000;
+static atomic_long acquired;
+static _Atomic int64_t longest_wait;
+static volatile unsigned sink;
+
+static void contender(void *arg)
+{
+	(void)arg;
+	int64_t longest = 0;
+	long n = 0;
+	while (atomic_load_explicit(&acquired, memory_order_relaxed) < FAIR_TOTAL) {
+		if (weft_mutex_trylock(&lock) != 0) {
+			int64_t t0 = weft_now();
+			weft_mutex_lock(&lock);
+			int64_t w = weft_now() - t0;
+			if (w > longest)
+				longest = w;
+		}
+		counter++;
+		for (int k = 0; k < 16; k++)
+			sink = sink * 31 + (unsigned)k;
+		weft_mutex_unlock(&lock);
+		if (++n % 64 == 0)
+			atomic_fetch_add_explicit(&acquired, 64, memory_order_relaxed);
+	}
+	int64_t cur = atomic_load(&longest_wait);
+	while (longest > cur && !atomic_compare_exchange_weak(&longest_wait, &cur, longest))
+		;
+}
+
+static int fairness(void *arg)
+{
+	(void)arg;
+	for (int attempt = 1; attempt <= 3; attempt++) {
+		atomic_store(&acquired, 0);
+		atomic_store(&longest_wait, 0);
+		counter = 0;
+		int64_t t0 = weft_now(), delay0 = run_delay_ns();
+		weft_task *t[FAIR_TASKS];
+		for (int i = 0; i < FAIR_TASKS; i++)
+			CHECK((t[i] = weft_spawn(contender, NULL)));
+		for (int i = 0; i < FAIR_TASKS; i++)
+			CHECK_EQ(weft_join(t[i]), 0);
+		CHECK(counter >= FAIR_TOTAL);
+		int64_t longest = atomic_load(&longest_wait), delay = run_delay_ns() - delay0;
+		fprintf(stderr, "attempt %d: longest wait for the lock %.3f ms, %ld acquisitions in "
+			"%.1f ms; threads kept off a CPU by the kernel for %.3f ms\n", attempt,
+			(double)longest / MS, counter, (double)(weft_now() - t0) / MS, (double)delay / MS);
+		if (longest < 10 * MS + delay)
+			return 0;
+	}
+	CHECK(!"a waiter waited 10 ms or more in each of 3 attempts");
+	return 0;
+}
+
+TEST(fairness_no_wait_over_10ms)
+{
+	RUN(fairness);
+}
+
+/* ---- misuse (in a child process: they abort) ----------------------------------------------- */
+
+TEST(child_unlock_unlocked)
+{
+	static weft_mutex m = WEFT_MUTEX_INIT;
+	weft_mutex_unlock(&m);
+}
+
+static void parked_waiter(void *arg)
+{
+	weft_mutex_lock(arg);
+}
+
+static int destroy_with_waiter(void *arg)
+{
+	(void)arg;
+	static weft_mutex m = WEFT_MUTEX_INIT;
+	weft_mutex_lock(&m);
+	weft_spawn(parked_waiter, &m);
+	weft_sleep_until(weft_now() + 5 * MS);
+	weft_mutex_destroy(&m);
+	return 0;
+}
+
+TEST(child_destroy_with_waiters)
+{
+	weft_run(destroy_with_waiter, NULL);
+}
+
+static void expect_abort(const char *child, const char *message)
+{
+	char cmd[512], err[4096];
+	snprintf(cmd, sizeof cmd, "%s %s", test_argv0, child);
+	int st = test_spawn(cmd, err, sizeof err);
+	if (st >= 0 || !strstr(err, message))
+		fprintf(stderr, "child %s: status %d, stderr:\n%s\n", child, st, err);
+	CHECK(st < 0); /* killed by SIGABRT */
+	CHECK(strstr(err, message));
+}
+
+TEST(misuse_is_reported)
+{
+	expect_abort("child_unlock_unlocked", "weft: weft_mutex_unlock: mutex is not locked");
+#ifndef NDEBUG
+	expect_abort("child_destroy_with_waiters", "weft: weft_mutex_destroy: mutex has waiters");
+#endif
+}
