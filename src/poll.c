@@ -41,8 +41,10 @@
 struct fdesc {
 	spinlock lock;
 	bool registered;
-	signed char user_nonblock; /* -1: weft has not touched the fd's flags */
-	bool not_socket;           /* write(2) it is: send(2) said ENOTSOCK */
+	/* Read without the lock by any task using the fd, hence atomic (relaxed: each is a
+	 * property of the fd that only changes when it is set up or closed). */
+	_Atomic signed char user_nonblock; /* -1: weft has not touched the fd's flags */
+	atomic_bool not_socket;            /* write(2) it is: send(2) said ENOTSOCK */
 	uint32_t ready;
 	struct wait *rd, *wr;
 };
@@ -64,7 +66,7 @@ static struct fdesc *fdesc_of(int fd, bool create)
 		c = atomic_load(&P.chunks[fd / CHUNK]);
 		if (!c && (c = calloc(CHUNK, sizeof *c))) {
 			for (int i = 0; i < CHUNK; i++)
-				c[i].user_nonblock = -1;
+				atomic_init(&c[i].user_nonblock, -1);
 			atomic_store_explicit(&P.chunks[fd / CHUNK], c, memory_order_release);
 		}
 		pthread_mutex_unlock(&P.grow);
@@ -94,41 +96,41 @@ int poll_manage(int fd)
 	struct fdesc *d = fdesc_of(fd, true);
 	if (!d)
 		return -EBADF;
-	if (d->user_nonblock >= 0)
+	if (atomic_load_explicit(&d->user_nonblock, memory_order_relaxed) >= 0)
 		return 0;
 	int fl = fcntl(fd, F_GETFL);
 	if (fl < 0)
 		return -errno;
 	if (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
 		return -errno;
-	d->user_nonblock = (fl & O_NONBLOCK) != 0;
+	atomic_store_explicit(&d->user_nonblock, (fl & O_NONBLOCK) != 0, memory_order_relaxed);
 	return 0;
 }
 
 bool poll_not_socket(int fd)
 {
 	struct fdesc *d = fdesc_of(fd, false);
-	return d && d->not_socket;
+	return d && atomic_load_explicit(&d->not_socket, memory_order_relaxed);
 }
 
 void poll_set_not_socket(int fd)
 {
 	struct fdesc *d = fdesc_of(fd, true);
 	if (d)
-		d->not_socket = true;
+		atomic_store_explicit(&d->not_socket, true, memory_order_relaxed);
 }
 
 int poll_user_nonblock(int fd)
 {
 	struct fdesc *d = fdesc_of(fd, false);
-	return d ? d->user_nonblock : -1;
+	return d ? atomic_load_explicit(&d->user_nonblock, memory_order_relaxed) : -1;
 }
 
 void poll_set_user_nonblock(int fd, bool on)
 {
 	struct fdesc *d = fdesc_of(fd, true);
 	if (d)
-		d->user_nonblock = on;
+		atomic_store_explicit(&d->user_nonblock, on, memory_order_relaxed);
 }
 
 int poll_waiters(void)
@@ -268,8 +270,8 @@ void poll_forget(int fd)
 		epoll_ctl(P.ep, EPOLL_CTL_DEL, fd, NULL);
 	d->registered = false;
 	d->ready = 0;
-	d->user_nonblock = -1;
-	d->not_socket = false;
+	atomic_store_explicit(&d->user_nonblock, -1, memory_order_relaxed);
+	atomic_store_explicit(&d->not_socket, false, memory_order_relaxed);
 	struct wait *r = d->rd && wait_claim(d->rd) ? d->rd : NULL;
 	struct wait *w = d->wr && wait_claim(d->wr) ? d->wr : NULL;
 	d->rd = d->wr = NULL;
