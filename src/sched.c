@@ -47,6 +47,7 @@
 #define NEXT_STREAK 64
 #define GLOBAL_EVERY 61
 #define STEAL_ROUNDS 4
+#define NEXT_STEAL_NS 3000   /* see steal() */
 #define BUSY_POLL_NS 20000  /* a busy worker polls fds at most this often */
 #define STUCK_NS 5000000    /* a worker on one task this long with work queued is stuck */
 #define SPIN_NS 20000       /* an idle worker looks for work this long before sleeping */
@@ -421,7 +422,10 @@ static void steal_timers(struct worker *v)
 	}
 }
 
-static weft_task *steal(struct worker *w)
+/* take_next: also take a victim's `next` slot, which is about to run there; only once we have
+ * been looking for a few microseconds (Go waits 3 us too), or the hand-off to the waker's core
+ * would be undone at once. */
+static weft_task *steal(struct worker *w, bool take_next)
 {
 	weft_task *batch[RUNQ_SIZE / 2];
 	int n = atomic_load_explicit(&S.n, memory_order_acquire);
@@ -440,9 +444,8 @@ static weft_task *steal(struct worker *w)
 					push_local(w, batch[k]);
 				return batch[0];
 			}
-			/* Its `next` is about to run there; take it only on the last round. */
 			weft_task *t;
-			if (round == STEAL_ROUNDS - 1 && atomic_load(&v->next) &&
+			if (take_next && round == STEAL_ROUNDS - 1 && atomic_load(&v->next) &&
 			    (t = atomic_exchange(&v->next, NULL)))
 				return t;
 		}
@@ -458,7 +461,7 @@ static void stop_spinning(struct worker *w)
 		wake_idle();
 }
 
-static weft_task *find_work(struct worker *w)
+static weft_task *find_work(struct worker *w, bool take_next)
 {
 	weft_task *t;
 	run_timers(w);
@@ -471,7 +474,7 @@ static weft_task *find_work(struct worker *w)
 		w->spinning = true;
 		atomic_fetch_add(&S.nspinning, 1);
 	}
-	return steal(w);
+	return steal(w, take_next);
 }
 
 static int count_threads(void)
@@ -597,7 +600,7 @@ static void worker_loop(struct worker *w)
 {
 	int64_t spin_since = 0;
 	while (!atomic_load(&S.stop)) {
-		weft_task *t = find_work(w);
+		weft_task *t = find_work(w, spin_since && weft_now() - spin_since >= NEXT_STEAL_NS);
 		if (!t) {
 			/* Keep looking a little while before sleeping: work often comes back within
 			 * microseconds, and a futex sleep and wake-up cost several. */
