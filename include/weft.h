@@ -113,7 +113,136 @@ int weft_cancelled(void);
 /* Channels                                                                                   */
 /* ------------------------------------------------------------------------------------------ */
 
-/* @@CHANNELS@@ */
+/*
+ * A channel carries packets of at most packet_size bytes between tasks and plain threads, in
+ * FIFO order. Its capacity says how many packets it buffers:
+ *   0               synchronous hand-off: a send waits until a receiver takes the packet;
+ *   1               a bounded buffer of one packet (the seed's RendezVous): fire and forget;
+ *   N               a ring of N packets;
+ *   WEFT_UNBOUNDED  grows in segments as needed: sends never wait.
+ * Packet storage is allocated once, by weft_chan_new (an unbounded channel allocates a segment
+ * when it grows past what it holds, and keeps one spare): sending and receiving allocate
+ * nothing. Any number of tasks and threads may send and receive on one channel at once.
+ *
+ * A packet is atomic: it is delivered whole to exactly one receiver, or not at all. The
+ * receiver names how many bytes it wants (cap): a longer packet is cropped to cap, a shorter
+ * one zero-padded up to cap, and the call returns the length that was sent.
+ *
+ * Deadlines are absolute (weft_now()). A deadline already past means "do not wait": the call
+ * completes if it can at once and otherwise returns -ETIMEDOUT. A cancelled task's call
+ * returns -ECANCELED when it would have to wait (or is waiting); a call that can complete at
+ * once still does. Either way no packet is lost or duplicated: a send that failed did not
+ * send, a receive that failed took nothing.
+ */
+typedef struct weft_chan weft_chan;
+
+#define WEFT_UNBOUNDED ((size_t)-1) /* capacity of a channel that grows without limit */
+
+/*
+ * A new channel of `capacity` packets (0, N, or WEFT_UNBOUNDED) of at most packet_size bytes
+ * each. Returns NULL with errno EINVAL (packet_size 0 or above INT_MAX, capacity * packet size
+ * overflows) or ENOMEM.
+ */
+weft_chan *weft_chan_new(size_t capacity, size_t packet_size);
+
+/*
+ * Send the len bytes at p, waiting until the deadline for room (or, at capacity 0, for a
+ * receiver to take it). Returns 0 once the packet is in the channel (capacity 0: in a
+ * receiver's hands); -EMSGSIZE if len > packet_size; -EPIPE if the channel is or gets closed
+ * (the packet was not sent); -ETIMEDOUT; -ECANCELED; -EINVAL (c NULL, p NULL with len > 0);
+ * -ENOMEM when an unbounded channel cannot grow.
+ */
+int weft_chan_send(weft_chan *c, const void *p, size_t len, int64_t deadline);
+
+/*
+ * Receive the oldest packet into buf, waiting until the deadline for one. Exactly cap bytes of
+ * buf are written: the packet cropped or zero-padded to cap. Returns the packet's sent length
+ * (0..packet_size), which may be more than cap; -EPIPE once the channel is closed and drained;
+ * -ETIMEDOUT; -ECANCELED; -EINVAL (c NULL, buf NULL with cap > 0).
+ */
+int weft_chan_recv(weft_chan *c, void *buf, size_t cap, int64_t deadline);
+
+/* weft_chan_send with WEFT_FOREVER: waits as long as it takes. */
+int weft_chan_put(weft_chan *c, const void *p, size_t len);
+
+/* weft_chan_recv with WEFT_FOREVER: waits as long as it takes. */
+int weft_chan_take(weft_chan *c, void *buf, size_t cap);
+
+/*
+ * Send only if that needs no waiting (room in the buffer, or at capacity 0 a receiver already
+ * waiting). Returns 0, or -EAGAIN when it would have to wait; other errors as weft_chan_send.
+ */
+int weft_chan_offer(weft_chan *c, const void *p, size_t len);
+
+/*
+ * Receive only if a packet is there (buffered, or at capacity 0 a sender already waiting).
+ * Returns the sent length, or -EAGAIN when it would have to wait; other errors as
+ * weft_chan_recv.
+ */
+int weft_chan_poll(weft_chan *c, void *buf, size_t cap);
+
+/*
+ * Close c: later sends fail with -EPIPE; receivers still get the packets buffered, then -EPIPE.
+ * Tasks and threads waiting in a send or receive on c wake with -EPIPE (a waiting sender's
+ * packet is not sent). Closing twice, or closing NULL, does nothing.
+ */
+void weft_chan_close(weft_chan *c);
+
+/*
+ * Release c and the packets still in it. Nobody may use c any more. Freeing a channel that
+ * still has tasks or threads waiting on it is a program error: weft prints
+ * "weft: weft_chan_free on a channel with N waiters" and aborts (close it and let the waiters
+ * leave first). NULL does nothing.
+ */
+void weft_chan_free(weft_chan *c);
+
+/* Number of packets buffered in c right now (a snapshot; 0 for NULL). */
+size_t weft_chan_len(weft_chan *c);
+
+/*
+ * Select: wait on several sends and receives at once, over any channels, with one deadline,
+ * and do exactly one of them. Describe each case with a weft_select_case (the helpers
+ * weft_select_send and weft_select_recv fill one in):
+ */
+enum { WEFT_SELECT_SEND = 1, WEFT_SELECT_RECV = 2 };
+
+typedef struct weft_select_case {
+	weft_chan *chan;        /* NULL: the case is never chosen (to switch a case off) */
+	int op;                 /* WEFT_SELECT_SEND or WEFT_SELECT_RECV */
+	union {
+		const void *packet; /* SEND: the packet to send */
+		void *buf;          /* RECV: where the packet goes */
+	};
+	size_t len;             /* SEND: the packet's length; RECV: cap, as for weft_chan_recv */
+	int result;             /* out, for the case done: SEND 0; RECV the sent length;
+				 * either -EPIPE when the channel is closed */
+} weft_select_case;
+
+#define WEFT_SELECT_MAX 64 /* cases in one weft_select */
+
+static inline weft_select_case weft_select_send(weft_chan *c, const void *p, size_t len)
+{
+	weft_select_case k = { c, WEFT_SELECT_SEND, { p }, len, 0 };
+	return k;
+}
+
+static inline weft_select_case weft_select_recv(weft_chan *c, void *buf, size_t cap)
+{
+	weft_select_case k = { c, WEFT_SELECT_RECV, { buf }, cap, 0 };
+	return k;
+}
+
+/*
+ * Do one of the n cases, waiting until the deadline for one to become possible. When several
+ * are possible, one is chosen uniformly at random, so none starves. A case on a closed channel
+ * is possible: it is done with result -EPIPE (a receive drains buffered packets first). A case
+ * whose channel is NULL is never chosen. A select never pairs its own send with its own
+ * receive. Returns the index of the case done, with cases[i].result set; -ETIMEDOUT;
+ * -ECANCELED; -EINVAL (cases NULL with n > 0, n < 0 or > WEFT_SELECT_MAX, a bad op or buffer);
+ * -EMSGSIZE when a send case's packet exceeds its channel's packet size; -ENOMEM when an
+ * unbounded channel cannot grow. n == 0 just waits until the deadline.
+ */
+int weft_select(weft_select_case *cases, int n, int64_t deadline);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Locks and other synchronisation                                                            */

@@ -49,7 +49,8 @@
 #define STEAL_ROUNDS 4
 #define NEXT_STEAL_NS 3000   /* see steal() */
 #define BUSY_POLL_NS 20000  /* a busy worker polls fds at most this often */
-#define STUCK_NS 5000000    /* a worker on one task this long with work queued is stuck */
+#define STUCK_NS 10000000   /* a worker on one task this long with work queued is stuck;
+			     * above an OS time slice, so a preempted worker does not count */
 #define SPIN_NS 20000       /* an idle worker looks for work this long before sleeping */
 #define TIMER_SPIN_NS 20000 /* and wakes this long before a deadline, then spins up to it:
 			     * a futex timeout alone ends 20-60 us late on a virtual machine */
@@ -276,6 +277,13 @@ static inline __attribute__((always_inline)) void switch_to(struct worker *w, we
 {
 	if (from && !stack_intact(&from->stk, __builtin_frame_address(0)))
 		overflow_abort(from);
+	if (from && to && atomic_load_explicit(&to->on_cpu, memory_order_acquire)) {
+		/* `to` is still leaving another worker, which may itself be waiting for `from` to
+		 * leave this one: waiting here could deadlock. Go by the idle loop, which holds no
+		 * task while it waits. */
+		push_local(w, to);
+		to = NULL;
+	}
 	if (to) {
 		while (atomic_load_explicit(&to->on_cpu, memory_order_acquire))
 			cpu_relax();
@@ -704,10 +712,14 @@ static void start_spare(void)
 	if (n >= S.cap)
 		return;
 	struct worker *w = S.w[n];
-	if (pthread_create(&w->thread, NULL, worker_thread, w) != 0)
-		return;
+	/* Counted before it runs: it must never be idle without being one of S.n (the deadlock
+	 * check compares the two). Its queues are empty until then. */
 	w->started = true;
 	atomic_store_explicit(&S.n, n + 1, memory_order_release);
+	if (pthread_create(&w->thread, NULL, worker_thread, w) != 0) {
+		w->started = false;
+		atomic_store_explicit(&S.n, n, memory_order_release);
+	}
 }
 
 static void rescue(void)
@@ -861,11 +873,11 @@ int weft_run(int (*main_task)(void *), void *arg)
 	bool monitoring = !err && pthread_create(&S.monitor, NULL, monitor, NULL) == 0;
 	S.threads_at_start -= !monitoring; /* the deadlock check counts a monitor */
 	worker_loop(S.w[0]);
+	if (monitoring) /* first: it may be starting a spare */
+		pthread_join(S.monitor, NULL);
 	for (int i = 1; i < S.cap; i++)
 		if (i < started || S.w[i]->started)
 			pthread_join(S.w[i]->thread, NULL);
-	if (monitoring)
-		pthread_join(S.monitor, NULL);
 	worker_leave(S.w[0]);
 	prctl(PR_SET_TIMERSLACK, (unsigned long)old_slack, 0, 0, 0);
 	sigaction(SIGSEGV, &S.old_segv, NULL);

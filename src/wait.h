@@ -60,7 +60,8 @@ static inline bool wait_claim(struct wait *w)
 	return false;
 }
 
-/* Finish a wait claimed with wait_claim: the waiter resumes with `result` (0 or -errno). */
+/* Finish a wait claimed with wait_claim: the waiter resumes with `result`, which must be 0 or
+ * -errno (positive values would read as PARKED or CLAIMED). */
 void wait_finish(struct wait *w, int result);
 
 /* Claim and finish in one go; false when somebody else claimed w first. */

@@ -1,0 +1,760 @@
+/*
+ * chan.c - channels of fixed-size packets, and select.
+ *
+ * The design follows Go's runtime/chan.go, on weft's one parking primitive (wait.h).
+ *
+ * A channel is one allocation: a header (a lock, the counters, two waiter queues) and the
+ * packet slots, each holding the sent length and up to packet_size bytes. A bounded channel
+ * is a ring of `capacity` slots; an unbounded one is a list of segments of slots, growing at
+ * the tail and keeping up to SPARE_MAX drained segments for reuse, so that a channel whose
+ * backlog swings within that much stops allocating after warm-up. Capacity 0 has no slots.
+ *
+ * Everything is guarded by the channel's lock, held for a few dozen instructions and never
+ * across a park, so no operation ever waits for another to be scheduled. It spins, and sleeps
+ * on a futex only when it stays taken (see chan_lock below).
+ *
+ * Waiters. A task (or plain thread) that must wait puts a `struct waiter` node, living on its
+ * own stack, at the tail of the channel's sendq or recvq. The node points to the caller's wait
+ * record (wait_begin) and to its packet (sender) or buffer (receiver). Invariants:
+ *   - a live sender waits only when no slot is free (the buffer is full, or capacity is 0);
+ *   - a live receiver waits only when no packet is buffered;
+ * so at most one of the two queues holds live waiters, and a waker always takes the head.
+ *
+ * Direct hand-off. Whoever finds a live waiter on the other side finishes the transfer for it,
+ * so the waiter has nothing left to do when it runs:
+ *   - send, receiver waiting: copy the packet straight into the receiver's buffer;
+ *   - receive from a full buffer, sender waiting: take the head packet, move the waiting
+ *     sender's packet into the slot just freed (FIFO is kept: it is the next one in order);
+ *   - receive at capacity 0, sender waiting: copy straight out of the sender's packet.
+ * Then it wakes the waiter with wait_finish after dropping the lock; the waiter goes onto the
+ * waker's worker's `next` slot and runs right after it, with the packet still in cache.
+ *
+ * Claiming. A waiter's deadline or a weft_cancel races with wakers for the waiter's wait record
+ * (wait_claim: one winner). Under the lock, a waker unlinks the head node and claims it: if the
+ * claim fails the waiter is already leaving (timed out, cancelled, or a select woken through
+ * another channel), so the waker drops the node and tries the next. If it succeeds, nobody
+ * else can end that wait, so the node and its buffer stay valid until wait_finish: the waker
+ * copies the data, then finishes. A waiter whose wait ended otherwise (-ETIMEDOUT,
+ * -ECANCELED) takes the lock and unlinks its node if it is still queued; since transfers
+ * happen only after a successful claim, no packet is lost or duplicated.
+ *
+ * Node lifetime. `queued` is cleared (release) by whoever unlinks a node, as their last touch
+ * of it, except by a successful claimer, who keeps it until wait_finish. A woken waiter that
+ * reads queued == false (acquire) knows nobody will touch its node again and need not take the
+ * channel lock at all: the common path of a woken waiter never touches the channel, so a
+ * channel may be freed as soon as its last waiter has been woken.
+ *
+ * Select (Go's selectgo). Lock every channel of the cases in address order (each once), pick
+ * uniformly at random among the cases possible right now (reservoir sampling) and do it. If
+ * none is, queue one node per case, all pointing to the one wait record, unlock and park. The
+ * first waker to claim the record wins; the others fail to claim and drop their nodes. On
+ * waking, the select unlinks its nodes still queued (taking each such channel's lock alone).
+ * A select cannot pair its own send with its own receive: its nodes are queued only while it
+ * is parked, and a parked select wakes nobody.
+ *
+ * Close wakes every waiter with -EPIPE. Claimed nodes are chained through their own `next`
+ * pointer (the claim makes them ours until wait_finish), so the wake-ups happen after the lock
+ * is dropped without any allocation.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <stdalign.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "futex.h"
+#include "spin.h"
+#include "wait.h"
+#include "weft.h"
+
+/* Internal deadline of offer/poll: never wait, say -EAGAIN. */
+#define NOWAIT INT64_MIN
+
+struct waiter {
+	struct waiter *next, *prev;
+	struct wait *w;          /* the owner's wait record; several nodes may share it (select) */
+	union {
+		const void *src; /* sender: its packet */
+		void *dst;       /* receiver: its buffer */
+	};
+	size_t len;              /* sender: the packet's length; receiver: cap */
+	size_t got;              /* receiver: the sent length, written by the sender */
+	struct waiter **won;     /* the claimer stores this node there before finishing */
+	weft_chan *c;            /* the channel it is queued on */
+	_Atomic bool queued;
+};
+
+struct waitq {
+	struct waiter *head, *tail;
+};
+
+/* A segment of an unbounded channel. */
+struct seg {
+	struct seg *next;
+	alignas(16) char slots[];
+};
+
+/* The first cache line holds everything an operation writes; the second what it only reads
+ * (and, when unbounded, the segment pointers, which change once per segment). Across cores
+ * each operation then moves one header line, plus the slot it touches. */
+struct weft_chan {
+	_Atomic uint32_t lock;  /* see chan_lock */
+	bool closed;
+	bool unbounded;
+	size_t count;            /* packets buffered */
+	size_t head, tail;       /* next slot to read, to write (within the segment if unbounded) */
+	struct waitq sendq, recvq;
+	alignas(64) char *slots; /* bounded: the ring */
+	struct seg *hseg, *tseg, *spare; /* unbounded: read, write and spare segments */
+	size_t nspare;
+	size_t cap;              /* slots: capacity, or slots per segment when unbounded */
+	size_t psize;            /* packet_size */
+	size_t stride;           /* bytes per slot: the length word, then the packet */
+};
+
+_Static_assert(offsetof(struct weft_chan, slots) == 64, "the hot fields fill one line");
+
+#define HDR sizeof(size_t)
+
+/* ---- the channel lock (chan_lock) ---------------------------------------------------------
+ * A spinlock that sleeps on a futex once it has stayed taken for about a microsecond:
+ * Drepper's mutex, like Go's runtime lock. 0 free, 1 held, 2 held and somebody may sleep.
+ * Critical sections are a few dozen instructions and never park, so the spin nearly always
+ * wins. But when two workers hammer one channel, the line crossing cores on each operation
+ * costs more than the operation (160 ns one way on a 2-core CI machine); letting the loser
+ * sleep gives the winner long runs with the line in its own cache (100+100 tasks on a
+ * capacity-1024 channel: 50-90 ms -> 16 ms on 2 workers; no cost on one). */
+
+#define LOCK_SPINS 30
+
+static __attribute__((noinline)) void lock_slow(_Atomic uint32_t *l)
+{
+	for (int i = 0; i < LOCK_SPINS; i++) {
+		cpu_relax();
+		uint32_t zero = 0;
+		if (atomic_load_explicit(l, memory_order_relaxed) == 0 &&
+		    atomic_compare_exchange_strong_explicit(l, &zero, 1, memory_order_acquire,
+							    memory_order_relaxed))
+			return;
+	}
+	while (atomic_exchange_explicit(l, 2, memory_order_acquire) != 0)
+		futex_wait(l, 2, INT64_MAX);
+}
+
+static inline void chan_lock(_Atomic uint32_t *l)
+{
+	uint32_t zero = 0;
+	if (!atomic_compare_exchange_strong_explicit(l, &zero, 1, memory_order_acquire,
+						     memory_order_relaxed))
+		lock_slow(l);
+}
+
+static inline void chan_unlock(_Atomic uint32_t *l)
+{
+	if (atomic_exchange_explicit(l, 0, memory_order_release) == 2)
+		futex_wake(l, 1);
+}
+
+/* ---- waiter queues ---------------------------------------------------------------------- */
+
+static void enqueue(struct waitq *q, struct waiter *n)
+{
+	n->next = NULL;
+	n->prev = q->tail;
+	if (q->tail)
+		q->tail->next = n;
+	else
+		q->head = n;
+	q->tail = n;
+	atomic_store_explicit(&n->queued, true, memory_order_relaxed);
+}
+
+/* Unlink n, without clearing `queued` (the caller decides when it lets go of n). */
+static void unlink_node(struct waitq *q, struct waiter *n)
+{
+	if (n->prev)
+		n->prev->next = n->next;
+	else
+		q->head = n->next;
+	if (n->next)
+		n->next->prev = n->prev;
+	else
+		q->tail = n->prev;
+}
+
+static inline void let_go(struct waiter *n)
+{
+	atomic_store_explicit(&n->queued, false, memory_order_release);
+}
+
+/* The first waiter of q that we could claim, unlinked, or NULL. Nodes whose wait has ended
+ * otherwise are dropped on the way. */
+static inline struct waiter *claim_first(struct waitq *q)
+{
+	struct waiter *n;
+	while ((n = q->head)) {
+		unlink_node(q, n);
+		if (wait_claim(n->w)) {
+			atomic_store_explicit(&n->queued, false, memory_order_relaxed);
+			return n; /* ours until wait_finish */
+		}
+		let_go(n);
+	}
+	return NULL;
+}
+
+static bool is_parked(struct wait *w)
+{
+	uint32_t s = atomic_load_explicit(&w->state, memory_order_relaxed);
+	return s == WAIT_PARKED || s == WAIT_PARKED_NC;
+}
+
+/* Whether q has a waiter that might be claimed; drops dead nodes at its head. */
+static bool has_live(struct waitq *q)
+{
+	struct waiter *n;
+	while ((n = q->head) && !is_parked(n->w)) {
+		unlink_node(q, n);
+		let_go(n);
+	}
+	return n != NULL;
+}
+
+/* After a wait that no waker finished (timeout, cancel, or a select's other nodes): make sure
+ * n is off its queue before its frame goes away. */
+static void leave(struct waiter *n, struct waitq *q)
+{
+	if (!atomic_load_explicit(&n->queued, memory_order_acquire))
+		return;
+	chan_lock(&n->c->lock);
+	if (atomic_load_explicit(&n->queued, memory_order_relaxed)) {
+		unlink_node(q, n);
+		atomic_store_explicit(&n->queued, false, memory_order_relaxed);
+	}
+	chan_unlock(&n->c->lock);
+}
+
+/* ---- packet storage --------------------------------------------------------------------- */
+
+/* memcpy for packets: those of a word or two (the common case) without a call. */
+static inline void copy(void *dst, const void *src, size_t n)
+{
+	if (n <= 16 && n >= 8) { /* two overlapping words */
+		uint64_t a, b;
+		memcpy(&a, src, 8);
+		memcpy(&b, (const char *)src + n - 8, 8);
+		memcpy(dst, &a, 8);
+		memcpy((char *)dst + n - 8, &b, 8);
+	} else if (n) { /* memcpy's pointers must not be NULL, even for 0 bytes */
+		memcpy(dst, src, n);
+	}
+}
+
+/* Copy a packet of len bytes into a buffer of cap bytes: crop, or pad with zeros. */
+static inline void copy_out(void *dst, size_t cap, const void *src, size_t len)
+{
+	size_t n = len < cap ? len : cap;
+	copy(dst, src, n);
+	if (n < cap)
+		memset((char *)dst + n, 0, cap - n);
+}
+
+static inline void slot_store(char *slot, const void *p, size_t len)
+{
+	memcpy(slot, &len, HDR);
+	copy(slot + HDR, p, len);
+}
+
+static inline size_t slot_load(const char *slot, void *buf, size_t cap)
+{
+	size_t len;
+	memcpy(&len, slot, HDR);
+	copy_out(buf, cap, slot + HDR, len);
+	return len;
+}
+
+static size_t seg_bytes(const weft_chan *c)
+{
+	return sizeof(struct seg) + c->cap * c->stride;
+}
+
+/* Append a packet; there is room (bounded), or room can be made (unbounded: -ENOMEM). */
+static inline int buf_put(weft_chan *c, const void *p, size_t len)
+{
+	char *base = c->slots;
+	if (c->unbounded) {
+		if (c->tail == c->cap) {
+			struct seg *s = c->spare;
+			if (s) {
+				c->spare = s->next;
+				c->nspare--;
+			} else if (!(s = malloc(seg_bytes(c))))
+				return -ENOMEM;
+			s->next = NULL;
+			c->tseg->next = s;
+			c->tseg = s;
+			c->tail = 0;
+		}
+		base = c->tseg->slots;
+	}
+	slot_store(base + c->tail * c->stride, p, len);
+	if (++c->tail == c->cap && !c->unbounded)
+		c->tail = 0;
+	c->count++;
+	return 0;
+}
+
+/* Drop the drained head segment of an unbounded channel: keep it for reuse, up to SPARE_MAX
+ * (64 KiB of 16-byte slots), so that a backlog swinging within that allocates nothing. */
+#define SPARE_MAX 16
+
+static void seg_advance(weft_chan *c)
+{
+	struct seg *old = c->hseg;
+	c->hseg = old->next;
+	c->head = 0;
+	if (c->nspare < SPARE_MAX) {
+		old->next = c->spare;
+		c->spare = old;
+		c->nspare++;
+	} else {
+		free(old); /* under the lock, but only once a backlog of thousands drains */
+	}
+}
+
+/* Take the oldest packet (there is one) into buf; returns its sent length. */
+static inline size_t buf_get(weft_chan *c, void *buf, size_t cap)
+{
+	char *base = c->slots;
+	if (c->unbounded) {
+		if (c->head == c->cap)
+			seg_advance(c);
+		base = c->hseg->slots;
+	}
+	size_t len = slot_load(base + c->head * c->stride, buf, cap);
+	c->count--;
+	if (++c->head == c->cap && !c->unbounded)
+		c->head = 0;
+	if (c->unbounded && c->count == 0 && c->hseg == c->tseg)
+		c->head = c->tail = 0; /* empty: start the segment over rather than grow */
+	return len;
+}
+
+/* ---- the operations, under the lock ---------------------------------------------------- */
+
+/* Send without waiting if possible. Returns 0, -EPIPE, -ENOMEM, or -EAGAIN (must wait).
+ * *wake: a claimed waiter to finish once the lock is dropped. */
+static inline int send_now(weft_chan *c, const void *p, size_t len, struct waiter **wake)
+{
+	if (c->closed)
+		return -EPIPE;
+	struct waiter *r = claim_first(&c->recvq);
+	if (r) { /* a receiver waits: the buffer is empty, hand the packet over */
+		copy_out(r->dst, r->len, p, len);
+		r->got = len;
+		*wake = r;
+		return 0;
+	}
+	if (c->count < c->cap || c->unbounded)
+		return buf_put(c, p, len);
+	return -EAGAIN;
+}
+
+/* Receive without waiting if possible. Returns the sent length, -EPIPE or -EAGAIN. */
+static inline int recv_now(weft_chan *c, void *buf, size_t cap, struct waiter **wake)
+{
+	if (c->count) {
+		size_t len = buf_get(c, buf, cap);
+		struct waiter *s = claim_first(&c->sendq);
+		if (s) { /* the buffer was full: the first waiting sender's packet takes the slot */
+			buf_put(c, s->src, s->len);
+			*wake = s;
+		}
+		return (int)len;
+	}
+	struct waiter *s = claim_first(&c->sendq);
+	if (s) { /* capacity 0: take the packet straight from the sender */
+		copy_out(buf, cap, s->src, s->len);
+		*wake = s;
+		return (int)s->len;
+	}
+	return c->closed ? -EPIPE : -EAGAIN;
+}
+
+/* Wake a waiter claimed under the lock (after dropping it). Reads the node before finishing:
+ * afterwards it may be gone. */
+static inline void wake(struct waiter *n, int result)
+{
+	struct wait *w = n->w;
+	*n->won = n;
+	wait_finish(w, result);
+}
+
+/* Can we wait at all? Called under the lock; 0 when we may park. */
+static int may_wait(int64_t deadline)
+{
+	if (deadline == NOWAIT)
+		return -EAGAIN;
+	if (deadline != WEFT_FOREVER && deadline <= weft_now())
+		return -ETIMEDOUT;
+	return 0;
+}
+
+/* Queue `me` on q, drop the lock, park, and clean up after a wait nobody finished. */
+static int park_on(weft_chan *c, struct waitq *q, struct waiter *me, const char *why,
+		   int64_t deadline)
+{
+	me->c = c;
+	me->w = wait_begin(why, c);
+	enqueue(q, me);
+	chan_unlock(&c->lock);
+	int r = wait_park(me->w, deadline);
+	if (r != 0 && r != -EPIPE)
+		leave(me, q);
+	return r;
+}
+
+/* ---- public operations ------------------------------------------------------------------ */
+
+static int chan_send(weft_chan *c, const void *p, size_t len, int64_t deadline)
+{
+	if (!c || (!p && len))
+		return -EINVAL;
+	if (len > c->psize)
+		return -EMSGSIZE;
+	struct waiter *wk = NULL;
+	chan_lock(&c->lock);
+	int r = send_now(c, p, len, &wk);
+	if (r != -EAGAIN) {
+		chan_unlock(&c->lock);
+		if (wk)
+			wake(wk, 0);
+		return r;
+	}
+	if ((r = may_wait(deadline))) {
+		chan_unlock(&c->lock);
+		return r;
+	}
+	struct waiter *won = NULL;
+	struct waiter me = { .src = p, .len = len, .won = &won };
+	return park_on(c, &c->sendq, &me, "chan send", deadline);
+}
+
+static int chan_recv(weft_chan *c, void *buf, size_t cap, int64_t deadline)
+{
+	if (!c || (!buf && cap))
+		return -EINVAL;
+	struct waiter *wk = NULL;
+	chan_lock(&c->lock);
+	int r = recv_now(c, buf, cap, &wk);
+	if (r != -EAGAIN) {
+		chan_unlock(&c->lock);
+		if (wk)
+			wake(wk, 0);
+		return r;
+	}
+	if ((r = may_wait(deadline))) {
+		chan_unlock(&c->lock);
+		return r;
+	}
+	struct waiter *won = NULL;
+	struct waiter me = { .dst = buf, .len = cap, .won = &won };
+	r = park_on(c, &c->recvq, &me, "chan recv", deadline);
+	return r == 0 ? (int)me.got : r;
+}
+
+int weft_chan_send(weft_chan *c, const void *p, size_t len, int64_t deadline)
+{
+	return chan_send(c, p, len, deadline == NOWAIT ? NOWAIT + 1 : deadline);
+}
+
+int weft_chan_recv(weft_chan *c, void *buf, size_t cap, int64_t deadline)
+{
+	return chan_recv(c, buf, cap, deadline == NOWAIT ? NOWAIT + 1 : deadline);
+}
+
+int weft_chan_put(weft_chan *c, const void *p, size_t len)
+{
+	return chan_send(c, p, len, WEFT_FOREVER);
+}
+
+int weft_chan_take(weft_chan *c, void *buf, size_t cap)
+{
+	return chan_recv(c, buf, cap, WEFT_FOREVER);
+}
+
+int weft_chan_offer(weft_chan *c, const void *p, size_t len)
+{
+	return chan_send(c, p, len, NOWAIT);
+}
+
+int weft_chan_poll(weft_chan *c, void *buf, size_t cap)
+{
+	return chan_recv(c, buf, cap, NOWAIT);
+}
+
+/* ---- life of a channel ------------------------------------------------------------------ */
+
+weft_chan *weft_chan_new(size_t capacity, size_t packet_size)
+{
+	if (packet_size == 0 || packet_size > INT_MAX) {
+		errno = EINVAL;
+		return NULL;
+	}
+	size_t stride = (HDR + packet_size + 15) & ~(size_t)15;
+	bool unbounded = capacity == WEFT_UNBOUNDED;
+	size_t slots = capacity;
+	if (unbounded) /* segments of about 4 KiB, at least 16 packets */
+		slots = stride * 16 > 4096 ? 16 : 4096 / stride;
+	size_t header = (sizeof(weft_chan) + 63) & ~(size_t)63; /* the ring starts on a line */
+	size_t ring = unbounded ? 0 : slots * stride;
+	if (!unbounded && slots && ring / slots != stride) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (ring > SIZE_MAX - header - 64) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	weft_chan *c = aligned_alloc(64, (header + ring + 63) & ~(size_t)63);
+	if (!c) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	memset(c, 0, sizeof *c);
+	c->cap = slots;
+	c->psize = packet_size;
+	c->stride = stride;
+	c->unbounded = unbounded;
+	c->slots = (char *)c + header;
+	if (unbounded) {
+		c->slots = NULL;
+		if (!(c->hseg = c->tseg = malloc(seg_bytes(c)))) {
+			free(c);
+			errno = ENOMEM;
+			return NULL;
+		}
+		c->hseg->next = NULL;
+	}
+	return c;
+}
+
+void weft_chan_close(weft_chan *c)
+{
+	if (!c)
+		return;
+	struct waiter *woken = NULL, *n;
+	chan_lock(&c->lock);
+	if (!c->closed) {
+		c->closed = true;
+		while ((n = claim_first(&c->recvq)) || (n = claim_first(&c->sendq))) {
+			n->next = woken;
+			woken = n;
+		}
+	}
+	chan_unlock(&c->lock);
+	while ((n = woken)) {
+		woken = n->next;
+		wake(n, -EPIPE);
+	}
+}
+
+static size_t queue_len(const struct waitq *q)
+{
+	size_t n = 0;
+	for (const struct waiter *w = q->head; w; w = w->next)
+		n++;
+	return n;
+}
+
+void weft_chan_free(weft_chan *c)
+{
+	if (!c)
+		return;
+	chan_lock(&c->lock);
+	size_t n = queue_len(&c->sendq) + queue_len(&c->recvq);
+	chan_unlock(&c->lock);
+	if (n) {
+		fprintf(stderr, "weft: weft_chan_free on a channel with %zu waiter%s\n", n,
+			n == 1 ? "" : "s");
+		abort();
+	}
+	if (c->unbounded) {
+		for (struct seg *s = c->hseg, *next; s; s = next) {
+			next = s->next;
+			free(s);
+		}
+		for (struct seg *s = c->spare, *next; s; s = next) {
+			next = s->next;
+			free(s);
+		}
+	}
+	free(c);
+}
+
+size_t weft_chan_len(weft_chan *c)
+{
+	if (!c)
+		return 0;
+	chan_lock(&c->lock);
+	size_t n = c->count;
+	chan_unlock(&c->lock);
+	return n;
+}
+
+/* ---- select ----------------------------------------------------------------------------- */
+
+static __thread uint32_t sel_rng;
+
+static uint32_t sel_random(void)
+{
+	uint32_t x = sel_rng;
+	if (!x)
+		x = (uint32_t)(uintptr_t)&x ^ (uint32_t)weft_now() ^ 0x9e3779b9u;
+	x ^= x << 13;
+	x ^= x >> 17;
+	x ^= x << 5;
+	return sel_rng = x ? x : 1;
+}
+
+/* The distinct channels of the cases, in address order: the order they are locked in. */
+static int lock_order(const weft_select_case *k, int n, weft_chan **order)
+{
+	int m = 0;
+	for (int i = 0; i < n; i++) {
+		weft_chan *c = k[i].chan;
+		if (!c)
+			continue;
+		int j = m;
+		while (j > 0 && order[j - 1] > c)
+			j--;
+		if (j > 0 && order[j - 1] == c)
+			continue;
+		memmove(&order[j + 1], &order[j], (size_t)(m - j) * sizeof *order);
+		order[j] = c;
+		m++;
+	}
+	return m;
+}
+
+static void lock_all(weft_chan **order, int m)
+{
+	for (int i = 0; i < m; i++)
+		chan_lock(&order[i]->lock);
+}
+
+static void unlock_all(weft_chan **order, int m)
+{
+	for (int i = m - 1; i >= 0; i--)
+		chan_unlock(&order[i]->lock);
+}
+
+static int check_cases(const weft_select_case *k, int n)
+{
+	if (n < 0 || n > WEFT_SELECT_MAX || (n && !k))
+		return -EINVAL;
+	for (int i = 0; i < n; i++) {
+		if (k[i].op != WEFT_SELECT_SEND && k[i].op != WEFT_SELECT_RECV)
+			return -EINVAL;
+		if (!k[i].buf && k[i].len)
+			return -EINVAL;
+		if (k[i].chan && k[i].op == WEFT_SELECT_SEND && k[i].len > k[i].chan->psize)
+			return -EMSGSIZE;
+	}
+	return 0;
+}
+
+/* Could case k be done right now? (All its channels are locked.) */
+static bool case_ready(const weft_select_case *k)
+{
+	weft_chan *c = k->chan;
+	if (c->closed)
+		return true;
+	if (k->op == WEFT_SELECT_SEND)
+		return c->count < c->cap || c->unbounded || has_live(&c->recvq);
+	return c->count || has_live(&c->sendq);
+}
+
+/* Try case k; 1 when it was done (result stored), 0 when it must wait after all. */
+static int case_try(weft_select_case *k, struct waiter **wk)
+{
+	int r = k->op == WEFT_SELECT_SEND ? send_now(k->chan, k->packet, k->len, wk)
+					  : recv_now(k->chan, k->buf, k->len, wk);
+	if (r == -EAGAIN)
+		return 0;
+	k->result = r;
+	return 1;
+}
+
+/* One ready case chosen uniformly at random, or -1. */
+static int pick_ready(const weft_select_case *k, int n)
+{
+	int pick = -1;
+	uint32_t seen = 0;
+	for (int i = 0; i < n; i++)
+		if (k[i].chan && case_ready(&k[i]) && sel_random() % ++seen == 0)
+			pick = i;
+	return pick;
+}
+
+static int select_park(weft_select_case *k, int n, weft_chan **order, int m, int64_t deadline)
+{
+	struct waiter nodes[n ? n : 1];
+	struct waiter *won = NULL;
+	struct wait *w = wait_begin("select", k);
+	for (int i = 0; i < n; i++) {
+		nodes[i] = (struct waiter){ .w = w, .len = k[i].len, .won = &won, .c = k[i].chan };
+		if (!k[i].chan)
+			continue;
+		if (k[i].op == WEFT_SELECT_SEND) {
+			nodes[i].src = k[i].packet;
+			enqueue(&k[i].chan->sendq, &nodes[i]);
+		} else {
+			nodes[i].dst = k[i].buf;
+			enqueue(&k[i].chan->recvq, &nodes[i]);
+		}
+	}
+	unlock_all(order, m);
+	int r = wait_park(w, deadline);
+	for (int i = 0; i < n; i++)
+		if (k[i].chan && &nodes[i] != won)
+			leave(&nodes[i], k[i].op == WEFT_SELECT_SEND ? &k[i].chan->sendq
+								    : &k[i].chan->recvq);
+	if (r != 0 && r != -EPIPE)
+		return r;
+	int i = (int)(won - nodes);
+	k[i].result = r ? r : k[i].op == WEFT_SELECT_SEND ? 0 : (int)won->got;
+	return i;
+}
+
+int weft_select(weft_select_case *k, int n, int64_t deadline)
+{
+	int r = check_cases(k, n);
+	if (r)
+		return r;
+	weft_chan *order[WEFT_SELECT_MAX];
+	int m = lock_order(k, n, order);
+	lock_all(order, m);
+	int i;
+	while ((i = pick_ready(k, n)) >= 0) {
+		struct waiter *wk = NULL;
+		if (case_try(&k[i], &wk)) {
+			unlock_all(order, m);
+			if (wk)
+				wake(wk, 0);
+			if (k[i].result == -ENOMEM)
+				return -ENOMEM;
+			return i;
+		}
+	}
+	if ((r = may_wait(deadline))) {
+		unlock_all(order, m);
+		return r;
+	}
+	return select_park(k, n, order, m, deadline);
+}
