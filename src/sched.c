@@ -501,11 +501,18 @@ static int count_threads(void)
 /* Threads that exist before the workers start: not counted as possible wakers. Counted before
  * the main task can start threads of its own. TSan starts a helper thread with the first
  * pthread_create: make it exist now, so it is counted here too. */
+#ifdef WEFT_TSAN
+static void *no_op(void *arg)
+{
+	return arg;
+}
+#endif
+
 static int threads_before_run(void)
 {
 #ifdef WEFT_TSAN
 	pthread_t t;
-	if (pthread_create(&t, NULL, (void *(*)(void *))sched_running, NULL) == 0)
+	if (pthread_create(&t, NULL, no_op, NULL) == 0)
 		pthread_join(t, NULL);
 #endif
 	return count_threads();

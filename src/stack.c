@@ -37,7 +37,7 @@
 #include "sanitizer.h"
 
 #define REGION_SLOTS 256
-#define CACHE_MAX 256
+#define CACHE_MAX 1024
 
 struct region {
 	struct region *next;
@@ -53,6 +53,7 @@ static struct {
 	struct stack *free;   /* pooled slots given back by full caches */
 	struct stack *odd;    /* every odd-sized stack, linked through next */
 	struct stack *odd_free; /* those not in use, linked through free_next */
+	bool valgrind;        /* running under valgrind: register stacks with it */
 } g = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 size_t stack_default_size(void)
@@ -83,6 +84,9 @@ void stack_init(size_t record_size)
 	g.record = (record_size + 63) & ~(size_t)63;
 	g.dflt = stack_default_size();
 	g.slot = g.page + g.dflt;
+#ifdef WEFT_VALGRIND
+	g.valgrind = RUNNING_ON_VALGRIND;
+#endif
 	long maps = read_max_map_count();
 	g.guard_budget = maps / 4 - 2048;
 	if (g.guard_budget < 0)
@@ -204,7 +208,8 @@ struct stack *stack_get(struct stack_cache *c, size_t size)
 	s->size = (size_t)((char *)s - (char *)s->lo);
 	san_unpoison(s->lo, s->size);
 #ifdef WEFT_VALGRIND
-	s->valgrind_id = VALGRIND_STACK_REGISTER(s->lo, (char *)s->lo + s->size);
+	if (g.valgrind)
+		s->valgrind_id = VALGRIND_STACK_REGISTER(s->lo, (char *)s->lo + s->size);
 #endif
 	return s;
 }
@@ -212,7 +217,8 @@ struct stack *stack_get(struct stack_cache *c, size_t size)
 void stack_put(struct stack_cache *c, struct stack *s)
 {
 #ifdef WEFT_VALGRIND
-	VALGRIND_STACK_DEREGISTER(s->valgrind_id);
+	if (g.valgrind)
+		VALGRIND_STACK_DEREGISTER(s->valgrind_id);
 #endif
 	s->size = 0; /* marks the record free (stack_each_live, weft_join) */
 	if (!s->pooled) {

@@ -33,7 +33,8 @@ weft_task *task_spawn(struct worker *w, void (*fn)(void *), void *arg,
 	t->timer.idx = -1;
 	t->detached = opts && opts->detached;
 	const char *name = opts && opts->name ? opts->name : "task";
-	strncpy(t->name, name, sizeof t->name - 1);
+	size_t len = strnlen(name, sizeof t->name - 1);
+	memcpy(t->name, name, len); /* the record was zeroed: the name ends there */
 	ctx_init(&t->ctx, s->lo, s->size, task_main, t);
 #ifdef WEFT_TSAN
 	t->tsan_fiber = __tsan_create_fiber(0);
