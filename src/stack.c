@@ -220,7 +220,9 @@ void stack_put(struct stack_cache *c, struct stack *s)
 	if (g.valgrind)
 		VALGRIND_STACK_DEREGISTER(s->valgrind_id);
 #endif
-	s->size = 0; /* marks the record free (stack_each_live, weft_join) */
+	/* Marks the record free (stack_each_live, weft_join). Atomic: a stale handle may be read
+	 * by weft_join on another thread at any time. */
+	__atomic_store_n(&s->size, 0, __ATOMIC_RELAXED);
 	if (!s->pooled) {
 		pthread_mutex_lock(&g.lock);
 		s->free_next = g.odd_free;

@@ -92,7 +92,8 @@ void task_release(weft_task *t)
 int weft_join(weft_task *t)
 {
 	/* stk.size == 0: the slot is free, the handle was joined (or detached and has exited). */
-	if (!t || t->stk.size == 0 || t->detached || t == weft_self())
+	if (!t || __atomic_load_n(&t->stk.size, __ATOMIC_RELAXED) == 0 || t->detached ||
+	    t == weft_self())
 		return -EINVAL;
 	spin_lock(&t->join_lock);
 	if (!t->done) {
