@@ -128,12 +128,18 @@ static weft_task *global_pop(struct worker *w)
 	weft_task *first = S.gq_head;
 	int taken = 0, want = atomic_load(&S.gq_n) / S.n + 1;
 	if (first) {
-		S.gq_head = first->link;
+		weft_task *t = first->link;
 		taken = 1;
-		while (taken < want && S.gq_head && runq_push(&w->q, S.gq_head)) {
-			S.gq_head = S.gq_head->link;
+		/* Read each link before publishing its task in our ring: from there it can be
+		 * stolen, run, and queued here again (rewriting its link) before we look. */
+		while (taken < want && t) {
+			weft_task *next = t->link;
+			if (!runq_push(&w->q, t))
+				break;
+			t = next;
 			taken++;
 		}
+		S.gq_head = t;
 		if (!S.gq_head)
 			S.gq_tail = NULL;
 		atomic_fetch_sub(&S.gq_n, taken);
