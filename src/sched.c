@@ -283,16 +283,19 @@ static inline __attribute__((always_inline)) void switch_to(struct worker *w, we
 {
 	if (from && !stack_intact(&from->stk, __builtin_frame_address(0)))
 		overflow_abort(from);
-	if (from && to && atomic_load_explicit(&to->on_cpu, memory_order_acquire)) {
-		/* `to` is still leaving another worker, which may itself be waiting for `from` to
-		 * leave this one: waiting here could deadlock. Go by the idle loop, which holds no
-		 * task while it waits. */
-		push_local(w, to);
-		to = NULL;
+	if (to && __builtin_expect(atomic_load_explicit(&to->on_cpu, memory_order_acquire), 0)) {
+		if (from) {
+			/* `to` is still leaving another worker, which may itself be waiting for
+			 * `from` to leave this one: waiting here could deadlock. Go by the idle
+			 * loop, which holds no task while it waits. */
+			push_local(w, to);
+			to = NULL;
+		} else {
+			while (atomic_load_explicit(&to->on_cpu, memory_order_acquire))
+				cpu_relax();
+		}
 	}
 	if (to) {
-		while (atomic_load_explicit(&to->on_cpu, memory_order_acquire))
-			cpu_relax();
 		atomic_store_explicit(&to->on_cpu, 1, memory_order_relaxed);
 		task_set_state(to, TASK_RUNNING);
 	}
@@ -342,9 +345,10 @@ static void busy_poll(void)
 static inline weft_task *pick(struct worker *w)
 {
 	weft_task *t;
-	if (atomic_load_explicit(&S.stop, memory_order_relaxed))
-		return NULL;
 	if (atomic_load_explicit(&w->tick, memory_order_relaxed) % GLOBAL_EVERY == 0) {
+		/* weft_run is ending: back to the idle loop, which stops the worker */
+		if (atomic_load_explicit(&S.stop, memory_order_relaxed))
+			return NULL;
 		run_timers(w);
 		busy_poll();
 		if ((t = global_pop(w)))
