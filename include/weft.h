@@ -199,6 +199,10 @@ void weft_chan_free(weft_chan *c);
 /* Number of packets buffered in c right now (a snapshot; 0 for NULL). */
 size_t weft_chan_len(weft_chan *c);
 
+/* Number of senders and receivers (tasks, threads, select cases) parked on c right now, or
+ * just leaving after a deadline or cancellation (a snapshot; 0 for NULL). */
+size_t weft_chan_waiting(weft_chan *c);
+
 /*
  * Select: wait on several sends and receives at once, over any channels, with one deadline,
  * and do exactly one of them. Describe each case with a weft_select_case (the helpers

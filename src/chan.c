@@ -607,6 +607,16 @@ size_t weft_chan_len(weft_chan *c)
 	return n;
 }
 
+size_t weft_chan_waiting(weft_chan *c)
+{
+	if (!c)
+		return 0;
+	chan_lock(&c->lock);
+	size_t n = queue_len(&c->sendq) + queue_len(&c->recvq);
+	chan_unlock(&c->lock);
+	return n;
+}
+
 /* ---- select ----------------------------------------------------------------------------- */
 
 static __thread uint32_t sel_rng;

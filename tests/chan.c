@@ -13,6 +13,14 @@
 
 #define MS 1000000LL
 
+/* Wait until n senders or receivers are parked on c: tests that need a partner in place
+ * must not rely on a nap being long enough (under emulation or load it is not). */
+static void await_waiting(weft_chan *c, size_t n)
+{
+	while (weft_chan_waiting(c) < n)
+		weft_sleep_until(weft_now() + 100000);
+}
+
 static void nap(int64_t ns)
 {
 	CHECK_EQ(weft_sleep_until(weft_now() + ns), 0);
@@ -232,7 +240,7 @@ static int crop_pad(void *arg)
 	/* a full buffer with a parked sender: its packet moves into the freed slot */
 	CHECK_EQ(weft_chan_put(pc, "0123456789", 10), 0);
 	weft_task *t = weft_spawn(send3, NULL);
-	nap(2 * MS);
+	await_waiting(pc, 1);
 	CHECK_EQ(weft_chan_take(pc, buf, 16), 10);
 	memset(buf, 0xaa, sizeof buf);
 	CHECK_EQ(weft_chan_take(pc, buf, 8), 3);
@@ -243,12 +251,12 @@ static int crop_pad(void *arg)
 	CHECK((pc = weft_chan_new(0, 16)));
 	memset(buf, 0xaa, sizeof buf);
 	t = weft_spawn(recv4, buf);
-	nap(2 * MS);
+	await_waiting(pc, 1);
 	CHECK_EQ(weft_chan_put(pc, "0123456789", 10), 0);
 	CHECK_EQ(weft_join(t), 0);
 	CHECK(memcmp(buf, "0123", 4) == 0 && (unsigned char)buf[4] == 0xaa);
 	t = weft_spawn(send3, NULL);
-	nap(2 * MS);
+	await_waiting(pc, 1);
 	memset(buf, 0xaa, sizeof buf);
 	CHECK_EQ(weft_chan_take(pc, buf, 8), 3);
 	check_padded(buf);
@@ -305,7 +313,7 @@ static int offer_poll(void *arg)
 	CHECK_EQ(weft_chan_poll(c, &v, sizeof v), -EAGAIN);
 	CHECK_EQ(weft_chan_len(c), 0);
 	weft_task *t = weft_spawn(recv_one, c);
-	nap(2 * MS);
+	await_waiting(c, 1);
 	CHECK_EQ(weft_chan_offer(c, &(int){ 42 }, sizeof v), 0);
 	CHECK_EQ(weft_join(t), 0);
 	CHECK_EQ(weft_chan_offer(c, &v, sizeof v), -EAGAIN);
@@ -352,7 +360,7 @@ static int waiters_fifo(void *arg)
 	weft_task *t[5];
 	for (int i = 0; i < 5; i++) {
 		t[i] = weft_spawn(fifo_recv, (void *)(uintptr_t)i);
-		nap(MS); /* each parks before the next comes */
+		await_waiting(fc, (size_t)i + 1); /* each parks before the next comes */
 	}
 	for (int i = 0; i < 5; i++)
 		CHECK_EQ(weft_chan_put(fc, &i, sizeof i), 0);
@@ -540,7 +548,7 @@ static int free_busy(void *arg)
 	(void)arg;
 	weft_chan *c = weft_chan_new(0, sizeof(int));
 	weft_spawn(stuck_recv, c);
-	nap(5 * MS);
+	await_waiting(c, 1);
 	weft_chan_free(c);
 	return 0;
 }
@@ -703,7 +711,7 @@ TEST(select_waits_wakes_times_out_and_sees_close)
 	RUN(select_waits);
 }
 
-static atomic_int select_closed;
+static atomic_int select_closed, select_started;
 
 static void select_forever(void *arg)
 {
@@ -712,6 +720,7 @@ static void select_forever(void *arg)
 	weft_select_case k[3];
 	for (int i = 0; i < 3; i++)
 		k[i] = weft_select_recv(sc[i], buf, sizeof buf);
+	atomic_fetch_add(&select_started, 1); /* and parks in weft_select right away */
 	int r = weft_select(k, 3, WEFT_FOREVER);
 	if (r == -ECANCELED)
 		return;
@@ -729,10 +738,13 @@ static int select_cancel_close(void *arg)
 	weft_task *t[N];
 	for (int i = 0; i < N; i++)
 		CHECK((t[i] = weft_spawn(select_forever, NULL)));
-	nap(2 * MS);
+	/* Every task must be in its select before the close, or it would find the channel
+	 * closed instead of being cancelled: a fixed nap is not enough under emulation. */
+	while (atomic_load(&select_started) < N)
+		nap(MS);
 	for (int i = 0; i < N; i += 2)
 		CHECK_EQ(weft_cancel(t[i]), 0);
-	nap(2 * MS);
+	nap(20 * MS);
 	weft_chan_close(sc[1]);
 	for (int i = 0; i < N; i++)
 		CHECK_EQ(weft_join(t[i]), 0);
