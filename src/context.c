@@ -8,7 +8,24 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(WEFT_SAVE_FPU_CONTROL)
+void weft_ctx_begin(void);
+
+/* The first switch jumps to weft_ctx_begin with the stack as ctx_switch leaves it: the saved
+ * rbp on top, then (our addition) the argument and the entry. */
+void ctx_init(weft_ctx *c, void *lo, size_t size, void (*entry)(void *), void *arg)
+{
+	uintptr_t top = ((uintptr_t)lo + size) & ~(uintptr_t)15;
+	uint64_t *sp = (uint64_t *)(top - 40); /* after three pops: 16-byte aligned for a call */
+	sp[0] = 0;                          /* rbp */
+	sp[1] = (uint64_t)(uintptr_t)arg;
+	sp[2] = (uint64_t)(uintptr_t)entry;
+	sp[3] = sp[4] = 0;
+	c->sp = sp;
+	c->pc = (void *)weft_ctx_begin;
+}
+
+#elif defined(__x86_64__)
 void weft_ctx_start(void);
 
 void ctx_init(weft_ctx *c, void *lo, size_t size, void (*entry)(void *), void *arg)

@@ -11,8 +11,41 @@
 
 #include <stddef.h>
 
-#if defined(__x86_64__) || defined(__aarch64__)
-#define WEFT_CTX_ASM 1
+#if defined(__x86_64__) && !defined(WEFT_SAVE_FPU_CONTROL)
+/*
+ * x86-64: the switch is inlined where it is used. It saves only rbp and a resume address;
+ * every other register is declared clobbered, so the compiler saves just the ones that are
+ * live across the switch (in the caller's frame, once) instead of a separate function saving
+ * all six callee-saved registers again. It resumes the other context with an indirect jump,
+ * which the branch predictor learns, where a `ret` into another call chain would miss.
+ * The push goes below the stack pointer: safe because every function that switches also
+ * makes calls, and GCC puts nothing in the red zone of a function that does.
+ */
+typedef struct weft_ctx {
+	void *sp;
+	void *pc;
+} weft_ctx;
+
+static inline __attribute__((always_inline)) void ctx_switch(weft_ctx *from, weft_ctx *to)
+{
+	__asm__ __volatile__("pushq %%rbp\n\t"
+			     "movq %%rsp, (%%rdi)\n\t"
+			     "leaq 1f(%%rip), %%rax\n\t"
+			     "movq %%rax, 8(%%rdi)\n\t"
+			     "movq (%%rsi), %%rsp\n\t"
+			     "jmpq *8(%%rsi)\n"
+			     "1:\n\t"
+			     "popq %%rbp\n\t"
+			     : "+D"(from), "+S"(to)
+			     :
+			     : "rax", "rbx", "rcx", "rdx", "r8", "r9", "r10", "r11", "r12", "r13",
+			       "r14", "r15", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6",
+			       "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14",
+			       "xmm15", "st", "st(1)", "st(2)", "st(3)", "st(4)", "st(5)", "st(6)",
+			       "st(7)", "memory", "cc");
+}
+#elif defined(__x86_64__) || defined(__aarch64__)
+#define WEFT_CTX_SWAP 1
 typedef struct weft_ctx {
 	void *sp;
 } weft_ctx;

@@ -58,5 +58,22 @@ weft_ctx_start:
 	ud2
 	.cfi_endproc
 	.size	weft_ctx_start, .-weft_ctx_start
+
+/* First code of a new context under the inlined switch (context.h): ctx_init left rbp, the
+ * argument and the entry on the stack. */
+	.globl	weft_ctx_begin
+	.hidden	weft_ctx_begin
+	.type	weft_ctx_begin, @function
+	.p2align 4
+weft_ctx_begin:
+	.cfi_startproc
+	.cfi_undefined rip
+	popq	%rbp
+	popq	%rdi
+	popq	%rax
+	callq	*%rax
+	ud2
+	.cfi_endproc
+	.size	weft_ctx_begin, .-weft_ctx_begin
 #endif
 	.section .note.GNU-stack,"",@progbits
