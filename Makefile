@@ -69,9 +69,12 @@ $(B)/libweft.so: $(LIB_OBJ)
 $(B)/libweft-shim.so: src/shim.c $(HDRS) $(B)/libweft.so
 	$(CC) $(CFLAGS) -shared $(LDFLAGS) -o $@ src/shim.c -L$(B) -lweft -Wl,-rpath,'$$ORIGIN' -ldl $(LDLIBS)
 
+# pkg-config file for PREFIX (install writes it again for the PREFIX it installs to)
+WRITE_PC = printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: weft\nDescription: lightweight tasks, channels and task-aware locks over one worker per core\nVersion: 0.1.0\nLibs: -L$${libdir} -lweft\nLibs.private: -pthread\nCflags: -I$${includedir}\n' '$(PREFIX)'
+
 weft.pc $(B)/weft.pc: Makefile
 	@mkdir -p $(B)
-	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: weft\nDescription: lightweight tasks, channels and task-aware locks over one worker per core\nVersion: 0.1.0\nLibs: -L$${libdir} -lweft\nLibs.private: -pthread\nCflags: -I$${includedir}\n' '$(PREFIX)' > $@
+	$(WRITE_PC) > $@
 
 $(B)/tests/%: tests/%.c tests/test.c tests/test.h $(B)/libweft.a | $(B)/tests
 	$(CC) $(CFLAGS) -Itests $(LDFLAGS) -o $@ $< tests/test.c $(B)/libweft.a $(LDLIBS)
@@ -113,7 +116,7 @@ install: $(B)/libweft.a $(B)/libweft.so $(B)/libweft-shim.so weft.pc
 	install -m 644 include/weft.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(B)/libweft.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(B)/libweft.so $(B)/libweft-shim.so $(DESTDIR)$(PREFIX)/lib/
-	install -m 644 weft.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	$(WRITE_PC) > $(DESTDIR)$(PREFIX)/lib/pkgconfig/weft.pc
 
 clean:
 	rm -rf build build-asan build-tsan build-aarch64 weft.pc
