@@ -74,6 +74,8 @@ static struct fdesc *fdesc_of(int fd, bool create)
 	return c ? &c[fd % CHUNK] : NULL;
 }
 
+/* Once per process: the table and the epoll instance outlive weft_run, so fds opened under
+ * one run stay usable in the next. */
 int poll_init(void)
 {
 	if (P.ep >= 0)
@@ -86,10 +88,6 @@ int poll_init(void)
 	return epoll_ctl(P.ep, EPOLL_CTL_ADD, P.ev, &e) < 0 ? -errno : 0;
 }
 
-/* The table and the epoll instance outlive weft_run: fds opened under one run stay usable. */
-void poll_fini(void)
-{
-}
 
 int poll_manage(int fd)
 {

@@ -9,7 +9,6 @@
 #include <stdint.h>
 
 int poll_init(void);
-void poll_fini(void);
 /* Park the caller until fd is ready for `events` (EPOLLIN and/or EPOLLOUT), the deadline
  * passes (-ETIMEDOUT), the task is cancelled (-ECANCELED) or fd is closed through weft
  * (-EBADF). Returns 0 when ready. */

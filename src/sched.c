@@ -90,11 +90,6 @@ __attribute__((noinline)) struct worker *worker_self(void)
 }
 #endif
 
-bool sched_running(void)
-{
-	return atomic_load(&running);
-}
-
 uint64_t sched_new_id(struct worker *w)
 {
 	if (w->id_next == w->id_end) {

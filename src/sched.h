@@ -81,6 +81,5 @@ void sched_park(void);
 _Noreturn void sched_exit(void);
 /* Called first thing by a new task, and after every switch: complete the switch. */
 void sched_finish_switch(void);
-bool sched_running(void);
 uint64_t sched_new_id(struct worker *w);
 #endif
