@@ -482,25 +482,20 @@ static void contender(void *arg)
 static int fairness(void *arg)
 {
 	(void)arg;
-	for (int attempt = 1; attempt <= 3; attempt++) {
-		atomic_store(&acquired, 0);
-		atomic_store(&longest_wait, 0);
-		counter = 0;
-		int64_t t0 = weft_now(), delay0 = run_delay_ns();
-		weft_task *t[FAIR_TASKS];
-		for (int i = 0; i < FAIR_TASKS; i++)
-			CHECK((t[i] = weft_spawn(contender, NULL)));
-		for (int i = 0; i < FAIR_TASKS; i++)
-			CHECK_EQ(weft_join(t[i]), 0);
-		CHECK(counter >= FAIR_TOTAL);
-		int64_t longest = atomic_load(&longest_wait), delay = run_delay_ns() - delay0;
-		fprintf(stderr, "attempt %d: longest wait for the lock %.3f ms, %ld acquisitions in "
-			"%.1f ms; threads kept off a CPU by the kernel for %.3f ms\n", attempt,
-			(double)longest / MS, counter, (double)(weft_now() - t0) / MS, (double)delay / MS);
-		if (longest < 10 * MS + delay)
-			return 0;
-	}
-	CHECK(!"a waiter waited 10 ms or more in each of 3 attempts");
+	int64_t t0 = weft_now(), delay0 = run_delay_ns();
+	weft_task *t[FAIR_TASKS];
+	for (int i = 0; i < FAIR_TASKS; i++)
+		CHECK((t[i] = weft_spawn(contender, NULL)));
+	for (int i = 0; i < FAIR_TASKS; i++)
+		CHECK_EQ(weft_join(t[i]), 0);
+	CHECK(counter >= FAIR_TOTAL);
+	int64_t longest = atomic_load(&longest_wait), delay = run_delay_ns() - delay0;
+	fprintf(stderr, "longest wait for the lock %.3f ms, %ld acquisitions in %.1f ms; threads "
+		"kept off a CPU by the kernel for %.3f ms\n", (double)longest / MS, counter,
+		(double)(weft_now() - t0) / MS, (double)delay / MS);
+	/* 10 ms, plus whatever time the kernel kept our threads from running (not the lock's
+	 * doing; seen up to 15 ms on a loaded 2-core machine) */
+	CHECK(longest < 10 * MS + delay);
 	return 0;
 }
 
