@@ -109,6 +109,19 @@ int weft_cancel(weft_task *t);
 /* Nonzero when the calling task has been cancelled. */
 int weft_cancelled(void);
 
+/*
+ * Write a line per live task to fd, as Go's goroutine dump: id, name, state, what a parked
+ * task waits for (sleep, join, chan recv, mutex, fd read, ...) and on which object, for how
+ * long (to about a millisecond), and where it was spawned (file+offset, for addr2line):
+ *
+ *   task 12 (conn): chan recv on 0x55d0c0a1c2a0 for 153 ms, spawned at ./server+0x1a2b
+ *
+ * Returns the number of tasks, -EBADF, or -EINVAL outside a task. While weft runs, SIGQUIT
+ * (Ctrl-\) prints the same dump to stderr and exits with status 2, unless the program has a
+ * SIGQUIT handler of its own. The deadlock report lists the blocked tasks the same way.
+ */
+int weft_dump(int fd);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Channels                                                                                   */
 /* ------------------------------------------------------------------------------------------ */

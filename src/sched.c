@@ -80,6 +80,7 @@ static struct {
 } S = { .gq_lock = PTHREAD_MUTEX_INITIALIZER, .idle_lock = PTHREAD_MUTEX_INITIALIZER };
 
 static atomic_bool running;
+_Atomic int64_t sched_coarse_now;
 __thread struct worker *worker_tls __attribute__((tls_model("initial-exec")));
 
 #if !defined(__x86_64__)
@@ -367,6 +368,7 @@ void sched_park(void)
 	struct worker *w = worker_self();
 	weft_task *self = w->cur;
 	task_set_state(self, TASK_PARKED);
+	self->parked_at = atomic_load_explicit(&sched_coarse_now, memory_order_relaxed);
 	weft_task *next = pick(w);
 	if (next == self) { /* its deadline expired inside pick */
 		task_set_state(self, TASK_RUNNING);
@@ -523,16 +525,6 @@ static int threads_before_run(void)
 	return count_threads();
 }
 
-static void print_blocked(struct stack *s, void *ctx)
-{
-	weft_task *t = (weft_task *)s;
-	int *shown = ctx;
-	if (task_state(t) != TASK_PARKED || (*shown)++ >= 20)
-		return;
-	fprintf(stderr, "  task %llu (%s): %s\n", (unsigned long long)t->id, t->name,
-		t->wait.reason ? t->wait.reason : "?");
-}
-
 /* Called with idle_lock held by the last worker to go idle. */
 static void check_deadlock(void)
 {
@@ -552,10 +544,7 @@ static void check_deadlock(void)
 		return; /* a thread outside weft might still wake someone */
 	fprintf(stderr, "weft: all tasks are blocked (deadlock): %lld task%s\n", (long long)live,
 		live == 1 ? "" : "s");
-	int shown = 0;
-	stack_each_live(print_blocked, &shown);
-	if (shown > 20)
-		fprintf(stderr, "  ... and %d more\n", shown - 20);
+	dump_tasks(2, 20);
 	abort();
 }
 
@@ -759,6 +748,7 @@ static void *monitor(void *arg)
 	(void)arg;
 	while (!atomic_load(&S.stop)) {
 		int64_t now = weft_now();
+		atomic_store_explicit(&sched_coarse_now, now, memory_order_relaxed);
 		int n = atomic_load(&S.n);
 		for (int i = 0; i < n; i++) {
 			struct worker *w = S.w[i];
@@ -865,11 +855,14 @@ int weft_run(int (*main_task)(void *), void *arg)
 	}
 	struct sigaction sa = { .sa_sigaction = on_segv, .sa_flags = SA_SIGINFO | SA_ONSTACK };
 	sigaction(SIGSEGV, &sa, &S.old_segv);
+	dump_install();
+	atomic_store(&sched_coarse_now, weft_now());
 	int old_slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
 	S.threads_at_start = threads_before_run();
 	worker_enter(S.w[0]);
 	weft_task *m = task_spawn(S.w[0], main_entry, NULL,
-				  &(weft_spawn_opts){ .name = "main", .detached = 1 });
+				  &(weft_spawn_opts){ .name = "main", .detached = 1 },
+				  __builtin_return_address(0));
 	int started = 1;
 	if (!m) {
 		err = -ENOMEM;
@@ -893,6 +886,7 @@ int weft_run(int (*main_task)(void *), void *arg)
 	worker_leave(S.w[0]);
 	prctl(PR_SET_TIMERSLACK, (unsigned long)old_slack, 0, 0, 0);
 	sigaction(SIGSEGV, &S.old_segv, NULL);
+	dump_uninstall();
 	stack_each_live(discard_task, NULL);
 	stack_release_all();
 	free_workers();

@@ -82,4 +82,11 @@ _Noreturn void sched_exit(void);
 /* Called first thing by a new task, and after every switch: complete the switch. */
 void sched_finish_switch(void);
 uint64_t sched_new_id(struct worker *w);
+/* weft_now() as of the monitor's last look (about a millisecond old): cheap timestamps. */
+extern _Atomic int64_t sched_coarse_now;
+/* Write a line per live task to fd (at most `max`; dump.c). Returns the number of tasks. */
+int dump_tasks(int fd, int max);
+/* weft_run's SIGQUIT handler (a dump), when the program has none. */
+void dump_install(void);
+void dump_uninstall(void);
 #endif

@@ -19,7 +19,7 @@
 #include "weft.h"
 
 weft_task *task_spawn(struct worker *w, void (*fn)(void *), void *arg,
-		      const struct weft_spawn_opts *opts)
+		      const struct weft_spawn_opts *opts, void *spawned_at)
 {
 	struct stack *s = stack_get(&w->stacks, opts ? opts->stack_size : 0);
 	if (!s)
@@ -32,6 +32,7 @@ weft_task *task_spawn(struct worker *w, void (*fn)(void *), void *arg,
 	t->wait.task = t;
 	t->timer.idx = -1;
 	t->detached = opts && opts->detached;
+	t->spawned_at = spawned_at;
 	const char *name = opts && opts->name ? opts->name : "task";
 	size_t len = strnlen(name, sizeof t->name - 1);
 	memcpy(t->name, name, len); /* the record was zeroed: the name ends there */
@@ -44,19 +45,25 @@ weft_task *task_spawn(struct worker *w, void (*fn)(void *), void *arg,
 	return t;
 }
 
-weft_task *weft_spawn_opt(void (*fn)(void *), void *arg, const weft_spawn_opts *opts)
+static weft_task *spawn_checked(void (*fn)(void *), void *arg, const weft_spawn_opts *opts,
+				void *spawned_at)
 {
 	struct worker *w = worker_self();
 	if (!fn || !w || (opts && opts->stack_size && opts->stack_size < WEFT_STACK_MIN)) {
 		errno = EINVAL;
 		return NULL;
 	}
-	return task_spawn(w, fn, arg, opts);
+	return task_spawn(w, fn, arg, opts, spawned_at);
+}
+
+weft_task *weft_spawn_opt(void (*fn)(void *), void *arg, const weft_spawn_opts *opts)
+{
+	return spawn_checked(fn, arg, opts, __builtin_return_address(0));
 }
 
 weft_task *weft_spawn(void (*fn)(void *), void *arg)
 {
-	return weft_spawn_opt(fn, arg, NULL);
+	return spawn_checked(fn, arg, NULL, __builtin_return_address(0));
 }
 
 static void task_exit(weft_task *t)

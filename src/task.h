@@ -31,6 +31,8 @@ struct weft_task {
 	spinlock join_lock;        /* guards done and joiner */
 	bool done;
 	struct wait *joiner;
+	int64_t parked_at;         /* coarse time of its last park (dumps) */
+	void *spawned_at;          /* return address in the code that spawned it (dumps) */
 	void *asan_fake_stack;     /* sanitizer.h: ASan's saved fake stack */
 	void *tsan_fiber;          /* sanitizer.h: TSan's fiber */
 	char name[32];
@@ -52,7 +54,7 @@ struct worker;
 struct weft_spawn_opts;
 /* weft_spawn_opt on worker w (no argument checks). */
 weft_task *task_spawn(struct worker *w, void (*fn)(void *), void *arg,
-		      const struct weft_spawn_opts *opts);
+		      const struct weft_spawn_opts *opts, void *spawned_at);
 /* Entry point of every task (runs fn, then exits). */
 void task_main(void *task);
 /* Release a finished task's slot; called once it is off its CPU. */

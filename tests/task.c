@@ -467,6 +467,7 @@ TEST(deadlock_is_reported)
 	int st = test_spawn(cmd, err, sizeof err);
 	CHECK(st < 0);
 	CHECK(strstr(err, "weft: all tasks are blocked (deadlock): 2 tasks"));
-	CHECK(strstr(err, "(stuck-sleeper): sleep"));
-	CHECK(strstr(err, "(main): join"));
+	CHECK(strstr(err, "(stuck-sleeper): sleep for "));
+	CHECK(strstr(err, "(main): join on 0x"));
+	CHECK(strstr(err, "spawned at "));
 }
