@@ -122,6 +122,24 @@ int weft_cancelled(void);
  */
 int weft_dump(int fd);
 
+/* Counters of one worker since weft_run began. */
+typedef struct weft_worker_stats {
+	uint64_t switches; /* switches into tasks */
+	uint64_t parks;    /* times a task parked here */
+	uint64_t wakes;    /* tasks woken here: by hand-off, deadline or cancel */
+	uint64_t steals;   /* batches of tasks taken from other workers */
+	int64_t idle_ns;   /* time spent asleep (futex or epoll) */
+} weft_worker_stats;
+
+/*
+ * Fill out[0..max) with each worker's counters (spares the monitor started included) and
+ * *foreign (may be NULL) with the tasks woken by plain threads. Returns the number of workers,
+ * or -EINVAL when weft is not running. Counters are read without stopping anyone: exact once
+ * the program is quiet (then parks = wakes summed over workers, plus foreign wake-ups).
+ * WEFT_STATS=1 prints them on stderr when weft_run ends.
+ */
+int weft_stats(weft_worker_stats *out, int max, uint64_t *foreign);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Channels                                                                                   */
 /* ------------------------------------------------------------------------------------------ */

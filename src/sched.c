@@ -208,16 +208,20 @@ static void wake_idle(void)
 	wake_worker(v);
 }
 
+static _Atomic int64_t foreign_wakes; /* tasks woken by plain threads */
+
 void sched_ready(weft_task *t)
 {
 	task_set_state(t, TASK_RUNNABLE);
 	struct worker *w = worker_self();
 	if (!w) {
+		atomic_fetch_add_explicit(&foreign_wakes, 1, memory_order_relaxed);
 		global_push(t, t, 1);
 		atomic_thread_fence(memory_order_seq_cst); /* pairs with idle()'s re-check */
 		wake_idle();
 		return;
 	}
+	counter_inc(&w->wakes);
 	weft_task *old = atomic_exchange_explicit(&w->next, t, memory_order_acq_rel);
 	if (old) {
 		push_local(w, old);
@@ -369,6 +373,7 @@ void sched_park(void)
 	weft_task *self = w->cur;
 	task_set_state(self, TASK_PARKED);
 	self->parked_at = atomic_load_explicit(&sched_coarse_now, memory_order_relaxed);
+	counter_inc(&w->parks);
 	weft_task *next = pick(w);
 	if (next == self) { /* its deadline expired inside pick */
 		task_set_state(self, TASK_RUNNING);
@@ -454,6 +459,7 @@ static weft_task *steal(struct worker *w, bool take_next)
 				steal_timers(v);
 			uint32_t got = runq_grab(&v->q, batch, RUNQ_SIZE / 2);
 			if (got) {
+				counter_inc(&w->steals);
 				/* not runq_push: timers stolen above may have filled our ring */
 				for (uint32_t k = 1; k < got; k++)
 					push_local(w, batch[k]);
@@ -587,10 +593,13 @@ static void idle(struct worker *w)
 			check_deadlock();
 			pthread_mutex_unlock(&S.idle_lock);
 		}
+		int64_t slept = weft_now();
 		if (poller)
 			poll_run(deadline);
 		else
 			futex_wait(&w->wake_word, 0, deadline);
+		atomic_store_explicit(&w->idle_ns, atomic_load_explicit(&w->idle_ns,
+			memory_order_relaxed) + weft_now() - slept, memory_order_relaxed);
 	} else if (poller) {
 		poll_run(0);
 	}
@@ -819,6 +828,47 @@ static int init_workers(int n)
 	return 0;
 }
 
+/* ---- statistics -------------------------------------------------------------------------- */
+
+int weft_stats(weft_worker_stats *out, int max, uint64_t *foreign)
+{
+	if (!atomic_load(&running) || !S.w || max < 0 || (max && !out))
+		return -EINVAL;
+	int n = atomic_load(&S.n);
+	for (int i = 0; i < n && i < max; i++) {
+		struct worker *w = S.w[i];
+		out[i] = (weft_worker_stats){
+			.switches = atomic_load_explicit(&w->tick, memory_order_relaxed),
+			.parks = (uint64_t)atomic_load_explicit(&w->parks, memory_order_relaxed),
+			.wakes = (uint64_t)atomic_load_explicit(&w->wakes, memory_order_relaxed),
+			.steals = (uint64_t)atomic_load_explicit(&w->steals, memory_order_relaxed),
+			.idle_ns = atomic_load_explicit(&w->idle_ns, memory_order_relaxed),
+		};
+	}
+	if (foreign)
+		*foreign = (uint64_t)atomic_load_explicit(&foreign_wakes, memory_order_relaxed);
+	return n;
+}
+
+/* WEFT_STATS=1: the table on stderr when weft_run ends. */
+static void print_stats(void)
+{
+	const char *e = getenv("WEFT_STATS");
+	if (!e || !*e || strcmp(e, "0") == 0)
+		return;
+	weft_worker_stats st[64];
+	uint64_t foreign;
+	int n = weft_stats(st, 64, &foreign);
+	fprintf(stderr, "weft: statistics (%d workers; %llu wake-ups from plain threads)\n"
+			"  worker     switches        parks        wakes   steals   idle ms\n",
+		n, (unsigned long long)foreign);
+	for (int i = 0; i < n && i < 64; i++)
+		fprintf(stderr, "  %6d %12llu %12llu %12llu %8llu %9.1f\n", i,
+			(unsigned long long)st[i].switches, (unsigned long long)st[i].parks,
+			(unsigned long long)st[i].wakes, (unsigned long long)st[i].steals,
+			(double)st[i].idle_ns / 1e6);
+}
+
 static void discard_task(struct stack *s, void *ctx)
 {
 	(void)ctx;
@@ -844,6 +894,7 @@ int weft_run(int (*main_task)(void *), void *arg)
 	S.main_result = 0;
 	atomic_store(&S.stop, false);
 	atomic_store(&S.ids, 1);
+	atomic_store(&foreign_wakes, 0);
 	stack_init(sizeof(weft_task));
 	int n = worker_count(), err = init_workers(n);
 	if (!err)
@@ -883,6 +934,7 @@ int weft_run(int (*main_task)(void *), void *arg)
 	for (int i = 1; i < S.cap; i++)
 		if (i < started || S.w[i]->started)
 			pthread_join(S.w[i]->thread, NULL);
+	print_stats();
 	worker_leave(S.w[0]);
 	prctl(PR_SET_TIMERSLACK, (unsigned long)old_slack, 0, 0, 0);
 	sigaction(SIGSEGV, &S.old_segv, NULL);

@@ -34,6 +34,7 @@ struct worker {
 	uint64_t id_next, id_end;     /* block of task ids */
 	_Atomic int64_t spawned, exited; /* live tasks = sum(spawned - exited) over workers;
 					  * written by the owner only (counter_inc) */
+	_Atomic int64_t parks, wakes, steals, idle_ns; /* statistics (weft_stats), owner-written */
 	_Atomic uint32_t wake_word;   /* futex the idle worker sleeps on */
 	struct worker *idle_link;
 	pthread_t thread;

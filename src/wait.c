@@ -135,6 +135,7 @@ static void timer_fire(struct timer *tm)
 {
 	weft_task *t = (weft_task *)((char *)tm - offsetof(weft_task, timer));
 	atomic_store_explicit(&t->wait.state, (uint32_t)-ETIMEDOUT, memory_order_release);
+	counter_inc(&worker_self()->wakes); /* timers fire on workers only */
 	sched_ready_tail(t);
 }
 

@@ -1,6 +1,7 @@
-/* Tests of the task dump: weft_dump and SIGQUIT. */
+/* Tests of seeing inside a weft program: the task dump (weft_dump, SIGQUIT) and weft_stats. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <unistd.h>
@@ -82,4 +83,69 @@ TEST(sigquit_prints_the_dump_and_exits_2)
 	CHECK_EQ(test_spawn(cmd, err, sizeof err), 2);
 	CHECK(strstr(err, "weft: SIGQUIT: the live tasks"));
 	CHECK(strstr(err, "(napper): sleep for "));
+}
+
+/* Counters add up: at quiescence every park was matched by a wake-up. */
+static weft_chan *ping;
+
+static void pinger(void *arg)
+{
+	(void)arg;
+	int v = 0;
+	for (int i = 0; i < 10000; i++)
+		CHECK_EQ(weft_chan_put(ping, &v, sizeof v), 0);
+}
+
+static void *thread_taker(void *arg)
+{
+	(void)arg;
+	int v;
+	for (int i = 0; i < 10000; i++)
+		CHECK_EQ(weft_chan_take(ping, &v, sizeof v), (int)sizeof v);
+	return NULL;
+}
+
+static void sleeper(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 50; i++)
+		weft_sleep_until(weft_now() + 100000);
+}
+
+static int counts(void *arg)
+{
+	(void)arg;
+	CHECK((ping = weft_chan_new(0, sizeof(int))));
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, thread_taker, NULL), 0);
+	weft_task *t[3] = { weft_spawn(pinger, NULL), weft_spawn(sleeper, NULL),
+			    weft_spawn(sleeper, NULL) };
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ(weft_join(t[i]), 0);
+	while (pthread_tryjoin_np(th, NULL) != 0)
+		weft_sleep_until(weft_now() + 1000000);
+	weft_chan_free(ping);
+	weft_worker_stats st[64];
+	uint64_t foreign;
+	int n = weft_stats(st, 64, &foreign);
+	CHECK(n >= 1);
+	uint64_t parks = 0, wakes = 0, switches = 0;
+	for (int i = 0; i < n; i++) {
+		parks += st[i].parks;
+		wakes += st[i].wakes;
+		switches += st[i].switches;
+	}
+	/* main itself is running: everyone else is done, so every park has been answered */
+	CHECK_EQ(parks, wakes + foreign);
+	CHECK(foreign > 0);          /* the thread woke the pinger */
+	CHECK(parks >= 100);         /* the sleepers parked 100 times between them */
+	CHECK(switches >= parks);
+	CHECK_EQ(weft_stats(NULL, -1, NULL), -EINVAL);
+	return 0;
+}
+
+TEST(stats_parks_match_wakes_at_quiescence)
+{
+	RUN(counts);
+	CHECK_EQ(weft_stats(NULL, 0, NULL), -EINVAL); /* outside weft_run */
 }
