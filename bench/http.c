@@ -121,5 +121,11 @@ int main(int argc, char **argv)
 		snprintf(p, sizeof p, "%d conns target<=2", conns[i]);
 		bench_emit("http", "weft / nginx p99 latency", "x", np99 > 0 ? wp99 / np99 : 0, p);
 	}
+	if (conf) { /* nginx's scratch directory */
+		char cmd[512];
+		snprintf(cmd, sizeof cmd, "rm -rf \"$(dirname '%s')\"", conf);
+		if (system(cmd) != 0)
+			fprintf(stderr, "  http: could not remove %s\n", conf);
+	}
 	return 0;
 }
