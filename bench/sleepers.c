@@ -1,9 +1,12 @@
 /*
  * bench/sleepers: 10^5 tasks each call plain usleep(1000) ten times, through the shim (this
- * program re-runs itself with libweft-shim.so preloaded). Ideal wall time: 10 ms.
+ * program re-runs itself with libweft-shim.so preloaded). Ideal wall time: 10 ms. Baseline,
+ * where Go is installed: the same with goroutines and time.Sleep (bench/peers/sleepers.go).
  */
 #define _GNU_SOURCE
 #include <libgen.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "bench.h"
@@ -18,13 +21,35 @@ static void sleepy(void *arg)
 		usleep(1000); /* plain libc name: the shim makes it a task sleep */
 }
 
+/* Go's time for the same program, or 0 when Go is not installed. */
+static double go_ms(const char *argv0)
+{
+	if (system("command -v go >/dev/null 2>&1") != 0) {
+		fprintf(stderr, "  sleepers: go not installed (make bench-peers): no baseline\n");
+		return 0;
+	}
+	char dir[1024], cmd[1200], line[128];
+	snprintf(dir, sizeof dir, "%s", argv0);
+	snprintf(cmd, sizeof cmd, "cd '%s/../../bench/peers' 2>/dev/null || cd bench/peers; "
+		 "env -u LD_PRELOAD go run sleepers.go", dirname(dir));
+	FILE *p = popen(cmd, "r");
+	double ms = 0;
+	while (p && fgets(line, sizeof line, p))
+		sscanf(line, "ms=%lf", &ms);
+	if (p)
+		pclose(p);
+	return ms;
+}
+
 int main(int argc, char **argv)
 {
 	(void)argc;
 	if (!getenv("WEFT_BENCH_SHIM")) {
-		char dir[1024], lib[1100];
+		char dir[1024], lib[1100], abs[4096];
 		snprintf(dir, sizeof dir, "%s", argv[0]);
 		snprintf(lib, sizeof lib, "%s/../libweft-shim.so", dirname(dir));
+		if (realpath(lib, abs)) /* absolute: the children below change directory */
+			snprintf(lib, sizeof lib, "%s", abs);
 		setenv("LD_PRELOAD", lib, 1);
 		setenv("WEFT_BENCH_SHIM", "1", 1);
 		execv(argv[0], argv);
@@ -41,5 +66,11 @@ int main(int argc, char **argv)
 	double m = bench_quantile(v, REPEAT, 0.5);
 	bench_emit("sleepers", "10^5 tasks x 10 x usleep(1ms)", "ms", m, "ideal 10, target<=20");
 	bench_emit("sleepers", "wall / ideal", "x", m / 10.0, "target<=2");
+	double go = go_ms(argv[0]);
+	if (go > 0) {
+		bench_emit("sleepers", "go: 10^5 goroutines x 10 x time.Sleep(1ms)", "ms", go,
+			   "GOMAXPROCS=default");
+		bench_emit("sleepers", "weft / go wall time", "x", m / go, "lower is better");
+	}
 	return 0;
 }
