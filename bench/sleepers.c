@@ -45,12 +45,11 @@ int main(int argc, char **argv)
 {
 	(void)argc;
 	if (!getenv("WEFT_BENCH_SHIM")) {
-		char dir[1024], lib[1100], abs[4096];
+		char dir[1024], lib[1100], abs[PATH_MAX];
 		snprintf(dir, sizeof dir, "%s", argv[0]);
 		snprintf(lib, sizeof lib, "%s/../libweft-shim.so", dirname(dir));
-		if (realpath(lib, abs)) /* absolute: the children below change directory */
-			snprintf(lib, sizeof lib, "%s", abs);
-		setenv("LD_PRELOAD", lib, 1);
+		/* absolute: the children started below change directory */
+		setenv("LD_PRELOAD", realpath(lib, abs) ? abs : lib, 1);
 		setenv("WEFT_BENCH_SHIM", "1", 1);
 		execv(argv[0], argv);
 		perror("exec");
