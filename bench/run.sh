@@ -1,6 +1,7 @@
 #!/bin/sh
 # Run every benchmark program in the directory given and print the table of their results.
-# The raw JSON lines are kept in bench/results/latest.jsonl.
+# The raw JSON lines are kept in bench/results/latest.jsonl; bench/report.sh writes report.md
+# and the charts beside it.
 dir=$1
 mkdir -p bench/results
 out=bench/results/latest.jsonl
@@ -15,3 +16,4 @@ awk -F'"' '
 	        printf "%-10s %-36s %14s  %-10s %s\n", "-----", "-----------", "-----", "----", "-----" }
 	/^\{/ { v = $0; sub(/.*"value":/, "", v); sub(/,.*/, "", v)
 	        printf "%-10s %-36s %14.4g  %-10s %s\n", $4, $8, v, $12, $18 }' "$out"
+sh bench/report.sh
