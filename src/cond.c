@@ -76,13 +76,5 @@ int weft_cond_broadcast(weft_cond *c)
 
 void weft_cond_destroy(weft_cond *c)
 {
-#ifdef WEFT_DEBUG
-	sync_lock(&c->_lock);
-	bool waiters = !syncq_empty(&c->_q);
-	sync_unlock(&c->_lock);
-	if (waiters)
-		sync_misuse("weft_cond_destroy: condition variable has waiters", c);
-#else
-	(void)c;
-#endif
+	syncq_check_idle(&c->_lock, &c->_q, "weft_cond_destroy: condition variable has waiters", c);
 }

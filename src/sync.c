@@ -87,15 +87,7 @@ unsigned int weft_sem_value(weft_sem *s)
 
 void weft_sem_destroy(weft_sem *s)
 {
-#ifdef WEFT_DEBUG
-	sync_lock(&s->_lock);
-	bool waiters = !syncq_empty(&s->_q);
-	sync_unlock(&s->_lock);
-	if (waiters)
-		sync_misuse("weft_sem_destroy: semaphore has waiters", s);
-#else
-	(void)s;
-#endif
+	syncq_check_idle(&s->_lock, &s->_q, "weft_sem_destroy: semaphore has waiters", s);
 }
 
 /* ---- wait group --------------------------------------------------------------------------- */
@@ -249,13 +241,5 @@ int weft_barrier_wait(weft_barrier *b)
 
 void weft_barrier_destroy(weft_barrier *b)
 {
-#ifdef WEFT_DEBUG
-	sync_lock(&b->_lock);
-	bool waiters = !syncq_empty(&b->_q);
-	sync_unlock(&b->_lock);
-	if (waiters)
-		sync_misuse("weft_barrier_destroy: barrier has waiters", b);
-#else
-	(void)b;
-#endif
+	syncq_check_idle(&b->_lock, &b->_q, "weft_barrier_destroy: barrier has waiters", b);
 }

@@ -184,4 +184,18 @@ __attribute__((noreturn, cold)) static inline void sync_misuse(const char *what,
 	}
 	abort();
 }
+/* Debug builds: abort with "weft: <what>" if q still has waiters (destroying a busy object). */
+static inline void syncq_check_idle(unsigned *lock, struct weft_waitq *q, const char *what,
+				    const void *obj)
+{
+#ifdef WEFT_DEBUG
+	sync_lock(lock);
+	bool waiters = !syncq_empty(q);
+	sync_unlock(lock);
+	if (waiters)
+		sync_misuse(what, obj);
+#else
+	(void)lock, (void)q, (void)what, (void)obj;
+#endif
+}
 #endif
