@@ -11,8 +11,6 @@
 
 #include "test.h"
 
-#define MS 1000000LL
-
 /* Wait until n senders or receivers are parked on c: tests that need a partner in place
  * must not rely on a nap being long enough (under emulation or load it is not). */
 static void await_waiting(weft_chan *c, size_t n)

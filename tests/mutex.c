@@ -11,14 +11,6 @@
 
 #include "test.h"
 
-#define MS 1000000LL
-
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-#define SLOW 1 /* sanitizers: fewer iterations, same checks */
-#else
-#define SLOW 0
-#endif
-
 static weft_mutex lock = WEFT_MUTEX_INIT;
 static long counter;        /* guarded by lock */
 static atomic_int inside;   /* how many are inside the critical section: must stay <= 1 */
@@ -28,19 +20,6 @@ static void critical(void)
 	CHECK_EQ(atomic_fetch_add(&inside, 1), 0);
 	counter++;
 	atomic_fetch_sub(&inside, 1);
-}
-
-/* Poll until *flag reaches want (with a generous limit: a stuck test fails, not hangs). */
-static void await_int(atomic_int *flag, int want)
-{
-	int64_t give_up = weft_now() + 5000 * MS;
-	while (atomic_load(flag) < want) {
-		CHECK(weft_now() < give_up);
-		if (weft_self())
-			weft_sleep_until(weft_now() + 100000);
-		else
-			usleep(100);
-	}
 }
 
 /* ---- mutual exclusion ---------------------------------------------------------------------- */
@@ -127,7 +106,7 @@ static void holder(void *arg)
 	(void)arg;
 	weft_mutex_lock(&lock);
 	atomic_store(&held, 1);
-	await_int(&release, 1);
+	test_await(&release, 1);
 	weft_mutex_unlock(&lock);
 }
 
@@ -177,7 +156,7 @@ static int try_and_deadline(void *arg)
 			CHECK((t = weft_spawn(holder, NULL)));
 		else
 			CHECK_EQ(pthread_create(&th, NULL, holder_thread, NULL), 0);
-		await_int(&held, 1);
+		test_await(&held, 1);
 		check_deadlines();
 		atomic_store(&release, 1);
 		CHECK_EQ(weft_mutex_lock_until(&lock, weft_now() + 5000 * MS), 0);

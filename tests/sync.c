@@ -11,32 +11,6 @@
 
 #include "test.h"
 
-#define MS 1000000LL
-
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-#define SLOW 1
-#else
-#define SLOW 0
-#endif
-
-static void pause_a_little(void)
-{
-	if (weft_self())
-		weft_sleep_until(weft_now() + 100000);
-	else
-		usleep(100);
-}
-
-/* Poll until *v >= want, failing (not hanging) after 5 s. */
-static void await_at_least(atomic_int *v, int want)
-{
-	int64_t give_up = weft_now() + 5000 * MS;
-	while (atomic_load(v) < want) {
-		CHECK(weft_now() < give_up);
-		pause_a_little();
-	}
-}
-
 static void await_max_raise(atomic_int *max, int v)
 {
 	int cur = atomic_load(max);
@@ -204,7 +178,7 @@ static void await_waiters(int n)
 		if (w >= n)
 			return;
 		CHECK(weft_now() < give_up);
-		pause_a_little();
+		test_pause();
 	}
 }
 
@@ -224,7 +198,7 @@ static int cond_counting(void *arg)
 	for (int i = 0; i < S; i++)
 		sent += weft_cond_signal(&cond);
 	CHECK_EQ(sent, S);
-	await_at_least(&woken, S);
+	test_await(&woken, S);
 	weft_sleep_until(weft_now() + 20 * MS); /* time for a spurious wake-up to show */
 	CHECK_EQ(atomic_load(&woken), S);
 	CHECK_EQ(weft_cond_broadcast(&cond), N + T - S);
@@ -540,7 +514,7 @@ static int writer_not_starved(void *arg)
 		CHECK((t[i] = weft_spawn(endless_reader, NULL)));
 	weft_sleep_until(weft_now() + 5 * MS);
 	weft_task *w = weft_spawn(one_writer, &took);
-	await_at_least(&writer_done, 1);
+	test_await(&writer_done, 1);
 	atomic_store(&stop_reading, 1);
 	CHECK_EQ(weft_join(w), 0);
 	for (int i = 0; i < R; i++)
@@ -696,7 +670,7 @@ static void slow_init(void *arg)
 {
 	(void)arg;
 	atomic_fetch_add(&init_runs, 1);
-	await_at_least(&init_release, 1);
+	test_await(&init_release, 1);
 	atomic_store(&init_done, 1);
 }
 
@@ -730,7 +704,7 @@ static int onces(void *arg)
 		CHECK((t[i] = weft_spawn(once_caller, NULL)));
 	for (int i = 0; i < T; i++)
 		CHECK_EQ(pthread_create(&th[i], NULL, once_thread, NULL), 0);
-	await_at_least(&init_runs, 1);
+	test_await(&init_runs, 1);
 	weft_task *c = weft_spawn(once_cancelled, NULL);
 	weft_sleep_until(weft_now() + MS); /* let it queue */
 	weft_cancel(c);

@@ -20,6 +20,23 @@ void test_register(const char *name, void (*fn)(void))
 		tests[ntests++] = (struct test){ name, fn };
 }
 
+void test_pause(void)
+{
+	if (weft_self())
+		weft_sleep_until(weft_now() + 100000);
+	else
+		usleep(100);
+}
+
+void test_await(atomic_int *v, int want)
+{
+	int64_t give_up = weft_now() + 5000 * MS;
+	while (atomic_load(v) < want) {
+		CHECK(weft_now() < give_up);
+		test_pause();
+	}
+}
+
 int test_spawn(const char *cmd, char *err, size_t cap)
 {
 	char full[1024];

@@ -7,6 +7,7 @@
 #ifndef WEFT_TEST_H
 #define WEFT_TEST_H
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -51,6 +52,20 @@ void test_register(const char *name, void (*fn)(void));
 
 /* Run fn as weft's main task and check that it returned 0. */
 #define RUN(fn) CHECK_EQ(weft_run((fn), NULL), 0)
+
+#define MS 1000000LL
+
+/* Under the sanitizers stress tests run fewer iterations, with the same checks. */
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define SLOW 1
+#else
+#define SLOW 0
+#endif
+
+/* Pause 100 us: parks a task, sleeps a plain thread. */
+void test_pause(void);
+/* Poll until *v >= want; fails the test (instead of hanging) after 5 s. */
+void test_await(atomic_int *v, int want);
 
 /* Run `cmd` (via /bin/sh) and return its exit status (-signal when killed); stderr is
  * captured into err (NUL-terminated, cut to cap). */
