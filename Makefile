@@ -50,7 +50,13 @@ TESTS    := $(patsubst tests/%.c,$(B)/tests/%,$(filter-out tests/test.c,$(wildca
 BENCHES  := $(patsubst bench/%.c,$(B)/bench/%,$(wildcard bench/*.c))
 EXAMPLES := $(patsubst examples/%.c,$(B)/bin/%,$(wildcard examples/*.c))
 
-all: $(B)/libweft.a $(B)/libweft.so $(B)/libweft-shim.so $(B)/weft.pc $(EXAMPLES) $(BENCHES) $(TESTS)
+# Larger parts (the .flux compiler, the MQTT broker) keep their rules beside their sources;
+# each fragment adds its programs to ALL, its test binaries to TESTS and benchmarks to BENCHES.
+.DEFAULT_GOAL := all
+ALL      :=
+include $(wildcard tools/*/build.mk apps/*/build.mk bench/*/build.mk tests/*/build.mk)
+
+all: $(B)/libweft.a $(B)/libweft.so $(B)/libweft-shim.so $(B)/weft.pc $(EXAMPLES) $(BENCHES) $(TESTS) $(ALL)
 ifeq ($(B),build)
 all: weft.pc
 endif
@@ -120,7 +126,7 @@ install: $(B)/libweft.a $(B)/libweft.so $(B)/libweft-shim.so weft.pc
 	$(WRITE_PC) > $(DESTDIR)$(PREFIX)/lib/pkgconfig/weft.pc
 
 clean:
-	rm -rf build build-asan build-tsan build-aarch64 weft.pc
+	rm -rf build build-* weft.pc
 
 .PHONY: all test test-all bench bench-peers install clean
 .SECONDARY:
