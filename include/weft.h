@@ -100,6 +100,16 @@ uint64_t weft_task_id(const weft_task *t);
 const char *weft_task_name(const weft_task *t);
 
 /*
+ * The index of the worker thread the caller runs on, in 0..weft_worker_max()-1, or -1 on a
+ * thread that is not a weft worker. A task may move to another worker at any blocking call or
+ * yield, so the index is only good for choosing a per-worker cache (of memory, of counters)
+ * that is then used without blocking. weft_worker_max() is fixed for the whole of weft_run
+ * (it counts the spare workers started when one is stuck) and is 0 outside it.
+ */
+int weft_worker_id(void);
+int weft_worker_max(void);
+
+/*
  * Cancel t: its current blocking call and every later one return -ECANCELED (sleeping, joining,
  * channel and lock waits alike). The task decides how to wind up; nothing is unwound by force.
  * Returns 0 or -EINVAL. t must not have been joined yet.

@@ -828,6 +828,17 @@ static int init_workers(int n)
 	return 0;
 }
 
+int weft_worker_id(void)
+{
+	struct worker *w = worker_self();
+	return w ? w->id : -1;
+}
+
+int weft_worker_max(void)
+{
+	return atomic_load(&running) ? S.cap : 0;
+}
+
 /* ---- statistics -------------------------------------------------------------------------- */
 
 int weft_stats(weft_worker_stats *out, int max, uint64_t *foreign)

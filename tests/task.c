@@ -403,6 +403,32 @@ TEST(spawn_options_names_and_stack_sizes)
 	CHECK(weft_self() == NULL);
 }
 
+/* Every task sees the index of the worker it runs on; other threads see -1. */
+static void note_worker(void *arg)
+{
+	int id = weft_worker_id();
+	if (id >= 0 && id < weft_worker_max())
+		atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+static int count_worker_ids(void *arg)
+{
+	(void)arg;
+	atomic_int seen = 0;
+	CHECK(weft_worker_max() >= 1);
+	CHECK_EQ(weft_execute(100, note_worker, &seen), 0);
+	CHECK_EQ(atomic_load(&seen), 100);
+	return 0;
+}
+
+TEST(worker_ids)
+{
+	CHECK_EQ(weft_worker_id(), -1);
+	CHECK_EQ(weft_worker_max(), 0);
+	RUN(count_worker_ids);
+	CHECK_EQ(weft_worker_max(), 0);
+}
+
 /* A stack overflow names the task; a deadlock lists the blocked tasks. Both run in a child
  * process (this binary, with an argument) and abort it. */
 static int depth(int n)
