@@ -150,6 +150,21 @@ typedef struct weft_worker_stats {
  */
 int weft_stats(weft_worker_stats *out, int max, uint64_t *foreign);
 
+/* Parks of tasks and threads by what they waited for (see weft_stats_waits). */
+typedef struct weft_wait_stats {
+	const char *what; /* "mutex", "channel recv", "sleep", "fd read", "join", ... */
+	uint64_t waits;   /* times a task or thread parked for it: contended acquisitions */
+	int64_t wait_ns;  /* total time parked */
+} weft_wait_stats;
+
+/*
+ * Fill out[0..max) with the waits since weft_run began, one entry per kind; returns how many
+ * entries, 0 when not counting, -EINVAL on bad arguments. Timing every wait costs two clock
+ * reads, so weft counts only when WEFT_STATS or WEFT_TRACE is set in the environment when
+ * weft_run starts; WEFT_STATS=1 prints this table beside the workers' at exit.
+ */
+int weft_stats_waits(weft_wait_stats *out, int max);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Channels                                                                                   */
 /* ------------------------------------------------------------------------------------------ */
@@ -661,6 +676,145 @@ int weft_unix_connect(const char *path, int64_t deadline);
  * started).
  */
 int weft_blocking(void (*fn)(void *), void *arg);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Flows                                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * A flow is a graph of nodes declared in a .flux file (docs/flows.md) and compiled into C by
+ * weft-flux: x.flux gives x_flow.h (the records and the prototypes of the user's node
+ * functions, conditions and guard set-up calls) and x_flow.c (tables describing the graph and
+ * a weft_flow object named x_flow). Each event - a node's input record - runs as a task, or for
+ * a detached node on the blocking pool; guards park the event, never a worker.
+ *
+ * The weft_flow_* structs below are filled in by generated code; programs only pass the flow
+ * object around.
+ */
+enum {
+	WEFT_FLOW_DETACHED = 1, /* node runs on the blocking pool */
+	WEFT_FLOW_ABSTRACT = 2, /* node has no function: it routes by its rules */
+	WEFT_FLOW_SOURCE = 4,   /* re-run after every run, until the flow stops */
+	WEFT_FLOW_INITIAL = 8,  /* run once before the sources */
+};
+
+/* Guard kinds and the modes a node takes them in. */
+enum {
+	WEFT_FLOW_EXCLUSIVE = 1, /* one holder per key */
+	WEFT_FLOW_READ,          /* readwrite guard, shared */
+	WEFT_FLOW_WRITE,         /* readwrite guard, one holder */
+	WEFT_FLOW_POOL,          /* each holder gets one item of the pool */
+	WEFT_FLOW_FREE,          /* the value, without synchronisation */
+};
+
+#define WEFT_FLOW_MAX_GUARDS 8 /* guards one node may take */
+
+/* One routing rule of an abstract node: when test(in) passes (NULL: always), the input goes to
+ * every target (one for a sequence, several for a fan-out). */
+typedef struct weft_flow_rule {
+	int (*test)(const void *in);
+	const int *targets;
+	int ntargets;
+} weft_flow_rule;
+
+/* One guard a node takes: which guard, in which mode, the key taken from the input record,
+ * and which atom (field of the node's atoms record) receives the value. */
+typedef struct weft_flow_use {
+	int guard;
+	int mode;
+	void (*key)(const void *in, void *key);
+	int atom;
+} weft_flow_use;
+
+typedef struct weft_flow_node {
+	const char *name;
+	/* calls the user's function: the atoms are pointers to the guard values, in order */
+	int (*call)(const void *in, void *out, void **atoms);
+	unsigned in_size, out_size;
+	unsigned flags;                /* WEFT_FLOW_DETACHED, ... */
+	const int *next;               /* nodes fed by this node's output */
+	int nnext;
+	const weft_flow_rule *rules;   /* abstract nodes */
+	int nrules;
+	const weft_flow_use *uses;     /* guards, in the flow's global order */
+	int nuses;
+	int on_error;                  /* handler node, or -1 */
+	unsigned err_offset;           /* where the handler's input holds `int err` */
+} weft_flow_node;
+
+typedef struct weft_flow_guard {
+	const char *name;
+	int kind;                      /* WEFT_FLOW_EXCLUSIVE, WEFT_FLOW_READ (readwrite), ... */
+	unsigned key_size;
+} weft_flow_guard;
+
+typedef struct weft_flow {
+	const char *name;
+	const weft_flow_node *nodes;
+	int nnodes;
+	const weft_flow_guard *guards;
+	int nguards;
+	const int *sources;
+	int nsources;
+	const int *initials;
+	int ninitials;
+	void (*init)(int argc, char **argv); /* the user's optional init and deinit */
+	void (*deinit)(void);
+	struct weft_flow_rt *_rt;            /* run-time state (src/flow.c) */
+} weft_flow;
+
+/*
+ * Run the flow: the user's init(argc, argv), then the initial nodes (each runs once, in
+ * order, before the sources start), then every source, re-run after each of its runs. Each
+ * output record becomes an event for the node's successors. Returns when the flow is over:
+ * after weft_flow_stop or weft_flow_kill once the events in flight are done, or, in a flow
+ * without sources, when no event is left. Then calls the user's deinit() and, when
+ * $WEFT_FLOW_STATS=1, prints the per-node counters on stderr. Called from a plain thread it
+ * runs weft (weft_run) for the duration; from a task it runs in the caller's weft. Returns 0,
+ * -EBUSY when the flow is already running, -ENOMEM, or weft_run's error.
+ */
+int weft_flow_run(weft_flow *f, int argc, char **argv);
+
+/* Drain: sources stop re-running; events in flight (and those they emit) run to the end. */
+void weft_flow_stop(weft_flow *f);
+
+/* Stop now: sources stop, events not yet started are dropped, outputs are no longer routed;
+ * node functions already running finish their call. */
+void weft_flow_kill(weft_flow *f);
+
+/*
+ * Splay: from inside a node function, emit the record in *out now as one event for the node's
+ * successors, then go on (out may be refilled and emitted again). The record left in *out when
+ * the function returns 0 is emitted as usual, unless weft_flow_drop(out) was called. out must
+ * be the pointer the node was given. Returns 0, or -ECANCELED once the flow is killed.
+ */
+int weft_flow_emit(void *out);
+
+/* From inside a node function: do not emit the final output record of this run. */
+void weft_flow_drop(void *out);
+
+/*
+ * Guard values, normally set in init (weft-flux generates typed wrappers, G_set and G_add):
+ * set the value of key in guard g (exclusive, readwrite or free), or add an item to pool g.
+ * Returns 0, -EINVAL (bad guard or kind) or -ENOMEM.
+ */
+int weft_flow_guard_set(weft_flow *f, int g, const void *key, void *value);
+int weft_flow_guard_add(weft_flow *f, int g, void *item);
+
+/* Per-node counters: runs (events), errors (non-zero returns), and time spent in the node. */
+typedef struct weft_flow_stats {
+	const char *name;
+	uint64_t events;
+	uint64_t errors;
+	int64_t time_ns;
+} weft_flow_stats;
+
+/* Fill out[0..max) with each node's counters (a snapshot, read without stopping anyone), in
+ * declaration order. Returns the number of nodes; 0 before the flow first ran. */
+int weft_flow_stats_get(weft_flow *f, weft_flow_stats *out, int max);
+
+/* Write the counters as a table to fd: 0 or -errno. */
+int weft_flow_stats_print(weft_flow *f, int fd);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "trace.h"
 #include "wait.h"
 #include "weft.h"
 
@@ -72,7 +73,9 @@ static void *pool_thread(void *arg)
 	struct job *j;
 	while ((j = next_job())) {
 		pthread_mutex_unlock(&B.lock);
+		trace_call(j->fn, true);
 		j->fn(j->arg);
+		trace_call(j->fn, false);
 		pthread_mutex_lock(&B.lock);
 		wait_wake(j->w, 0);
 		atomic_fetch_sub(&B.busy, 1);

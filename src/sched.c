@@ -41,6 +41,8 @@
 #include "futex.h"
 #include "poll.h"
 #include "sanitizer.h"
+#include "trace.h"
+#include "waitstat.h"
 #include "wait.h"
 #include "weft.h"
 
@@ -279,7 +281,7 @@ void sched_finish_switch(void)
 
 /* Switch from `from` (NULL: the idle loop) to `to` (NULL: the idle loop). */
 static inline __attribute__((always_inline)) void switch_to(struct worker *w, weft_task *from,
-							     weft_task *to)
+							     weft_task *to, int left)
 {
 	if (from && !stack_intact(&from->stk, __builtin_frame_address(0)))
 		overflow_abort(from);
@@ -299,6 +301,7 @@ static inline __attribute__((always_inline)) void switch_to(struct worker *w, we
 		atomic_store_explicit(&to->on_cpu, 1, memory_order_relaxed);
 		task_set_state(to, TASK_RUNNING);
 	}
+	trace_switch(from, to, left);
 	w->prev = from;
 	w->cur = to;
 	/* Only the owner writes tick: a plain increment, atomic only for the monitor's reads. */
@@ -379,7 +382,7 @@ void sched_park(void)
 		task_set_state(self, TASK_RUNNING);
 		return;
 	}
-	switch_to(w, self, next);
+	switch_to(w, self, next, TRACE_PARK);
 }
 
 _Noreturn void sched_exit(void)
@@ -388,7 +391,7 @@ _Noreturn void sched_exit(void)
 	weft_task *self = w->cur;
 	counter_inc(&w->exited);
 	task_set_state(self, TASK_DONE);
-	switch_to(w, self, pick(w));
+	switch_to(w, self, pick(w), TRACE_EXIT);
 	abort(); /* unreachable: nobody switches back to a finished task */
 }
 
@@ -412,7 +415,7 @@ void weft_yield(void)
 		return;
 	task_set_state(self, TASK_RUNNABLE);
 	push_local(w, self);
-	switch_to(w, self, next);
+	switch_to(w, self, next, TRACE_YIELD);
 }
 
 weft_task *weft_self(void)
@@ -460,6 +463,7 @@ static weft_task *steal(struct worker *w, bool take_next)
 			uint32_t got = runq_grab(&v->q, batch, RUNQ_SIZE / 2);
 			if (got) {
 				counter_inc(&w->steals);
+				trace_steal(v->id, got);
 				/* not runq_push: timers stolen above may have filled our ring */
 				for (uint32_t k = 1; k < got; k++)
 					push_local(w, batch[k]);
@@ -594,10 +598,12 @@ static void idle(struct worker *w)
 			pthread_mutex_unlock(&S.idle_lock);
 		}
 		int64_t slept = weft_now();
+		trace_idle(true);
 		if (poller)
 			poll_run(deadline);
 		else
 			futex_wait(&w->wake_word, 0, deadline);
+		trace_idle(false);
 		atomic_store_explicit(&w->idle_ns, atomic_load_explicit(&w->idle_ns,
 			memory_order_relaxed) + weft_now() - slept, memory_order_relaxed);
 	} else if (poller) {
@@ -638,7 +644,7 @@ static void worker_loop(struct worker *w)
 		spin_since = 0;
 		if (w->spinning)
 			stop_spinning(w);
-		switch_to(w, NULL, t);
+		switch_to(w, NULL, t, TRACE_YIELD);
 	}
 }
 
@@ -657,6 +663,7 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 static void worker_enter(struct worker *w)
 {
 	worker_tls = w;
+	trace_thread_name("worker %d", w->id);
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); /* sleep until deadlines to the microsecond */
 	stack_t ss = { .ss_sp = w->altstack, .ss_size = 64 * 1024 };
 	sigaltstack(&ss, NULL);
@@ -921,6 +928,8 @@ int weft_run(int (*main_task)(void *), void *arg)
 	atomic_store(&sched_coarse_now, weft_now());
 	int old_slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
 	S.threads_at_start = threads_before_run();
+	trace_start();
+	waitstat_start(S.cap);
 	worker_enter(S.w[0]);
 	weft_task *m = task_spawn(S.w[0], main_entry, NULL,
 				  &(weft_spawn_opts){ .name = "main", .detached = 1 },
@@ -946,6 +955,9 @@ int weft_run(int (*main_task)(void *), void *arg)
 		if (i < started || S.w[i]->started)
 			pthread_join(S.w[i]->thread, NULL);
 	print_stats();
+	waitstat_print();
+	waitstat_stop();
+	trace_stop();
 	worker_leave(S.w[0]);
 	prctl(PR_SET_TIMERSLACK, (unsigned long)old_slack, 0, 0, 0);
 	sigaction(SIGSEGV, &S.old_segv, NULL);

@@ -16,6 +16,7 @@
 
 #include "sanitizer.h"
 #include "sched.h"
+#include "trace.h"
 #include "weft.h"
 
 weft_task *task_spawn(struct worker *w, void (*fn)(void *), void *arg,
@@ -41,6 +42,7 @@ weft_task *task_spawn(struct worker *w, void (*fn)(void *), void *arg,
 	t->tsan_fiber = __tsan_create_fiber(0);
 #endif
 	counter_inc(&w->spawned);
+	trace_spawn(t);
 	sched_ready_tail(t);
 	return t;
 }

@@ -7,6 +7,8 @@
 #include "futex.h"
 #include "sched.h"
 #include "task.h"
+#include "trace.h"
+#include "waitstat.h"
 #include "weft.h"
 
 atomic_int wait_foreign_parked;
@@ -59,6 +61,7 @@ static bool pending(uint32_t s)
 
 static int park_thread(struct wait *w, int64_t deadline)
 {
+	int64_t since = atomic_load_explicit(&waitstat_on, memory_order_relaxed) ? weft_now() : 0;
 	atomic_fetch_add(&wait_foreign_parked, 1);
 	for (;;) {
 		uint32_t s = atomic_load_explicit(&w->state, memory_order_acquire);
@@ -70,6 +73,8 @@ static int park_thread(struct wait *w, int64_t deadline)
 			break;
 	}
 	atomic_fetch_sub(&wait_foreign_parked, 1);
+	if (since)
+		waitstat_add(w->reason, weft_now() - since);
 	return result_of(w);
 }
 
@@ -91,7 +96,13 @@ int wait_park(struct wait *w, int64_t deadline)
 				return -ENOMEM;
 		}
 	}
-	sched_park();
+	if (__builtin_expect(atomic_load_explicit(&waitstat_on, memory_order_relaxed), 0)) {
+		int64_t since = weft_now();
+		sched_park();
+		waitstat_add(w->reason, weft_now() - since);
+	} else {
+		sched_park();
+	}
 	int r = result_of(w);
 	if (r == -ETIMEDOUT)
 		t->timer.heap = NULL; /* expiry took it out of the heap: no lock needed */
@@ -110,6 +121,8 @@ int wait_abandon(struct wait *w)
 void wait_finish(struct wait *w, int result)
 {
 	weft_task *t = w->task;
+	if (t)
+		trace_wake(t, false); /* before it can run, so the arrow points forward in time */
 	atomic_store_explicit(&w->state, (uint32_t)result, memory_order_release);
 	if (t)
 		sched_ready(t);
@@ -134,6 +147,7 @@ static bool timer_claim(struct timer *tm)
 static void timer_fire(struct timer *tm)
 {
 	weft_task *t = (weft_task *)((char *)tm - offsetof(weft_task, timer));
+	trace_wake(t, true);
 	atomic_store_explicit(&t->wait.state, (uint32_t)-ETIMEDOUT, memory_order_release);
 	counter_inc(&worker_self()->wakes); /* timers fire on workers only */
 	sched_ready_tail(t);

@@ -1,0 +1,20 @@
+/*
+ * waitstat.h - time parked, by what was waited for (waitstat.c). Internal to weft.
+ */
+#ifndef WEFT_WAITSTAT_H
+#define WEFT_WAITSTAT_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+extern atomic_bool waitstat_on;
+
+void waitstat_start(int workers); /* weft_run begins: on with WEFT_STATS or WEFT_TRACE */
+void waitstat_print(void);        /* the table on stderr, if on */
+void waitstat_stop(void);
+
+/* Count one wait for `what` (a wait reason, a static string) that lasted ns. */
+void waitstat_add(const char *what, int64_t ns);
+
+#endif
