@@ -1,0 +1,33 @@
+# weft-mqtt: the MQTT broker (apps/mqtt). See docs/weft-mqtt.md.
+#
+#   make B=build build/bin/weft-mqtt      the broker
+#   make mqtt-fuzz FUZZ_TIME=60           build the decoder's libFuzzer target with clang and
+#                                         run it on the seed corpus for FUZZ_TIME seconds
+MQTT_SRC := $(filter-out apps/mqtt/main.c,$(wildcard apps/mqtt/*.c))
+MQTT_OBJ := $(MQTT_SRC:apps/mqtt/%.c=$(B)/obj/mqtt/%.o)
+MQTT_HDR := $(wildcard apps/mqtt/*.h) include/weft.h
+
+ALL   += $(B)/bin/weft-mqtt
+TESTS += $(patsubst apps/mqtt/tests/%.c,$(B)/tests/mqtt_%,$(wildcard apps/mqtt/tests/*.c))
+
+$(B)/obj/mqtt:
+	mkdir -p $@
+$(B)/obj/mqtt/%.o: apps/mqtt/%.c $(MQTT_HDR) | $(B)/obj/mqtt
+	$(CC) $(CFLAGS) -iquote apps/mqtt -c $< -o $@
+$(B)/bin/weft-mqtt: apps/mqtt/main.c $(MQTT_OBJ) $(B)/libweft.a | $(B)/bin
+	$(CC) $(CFLAGS) -iquote apps/mqtt $(LDFLAGS) -o $@ $< $(MQTT_OBJ) $(B)/libweft.a $(LDLIBS)
+$(B)/tests/mqtt_%: apps/mqtt/tests/%.c $(MQTT_OBJ) tests/test.c tests/test.h $(B)/libweft.a | $(B)/tests
+	$(CC) $(CFLAGS) -Itests -iquote apps/mqtt $(LDFLAGS) -o $@ $< tests/test.c $(MQTT_OBJ) $(B)/libweft.a $(LDLIBS)
+
+# The fuzz target needs clang (libFuzzer); it decodes with both protocol levels.
+FUZZ_TIME ?= 60
+MQTT_FUZZ_SRC := apps/mqtt/fuzz/decode.c apps/mqtt/codec.c apps/mqtt/encode.c
+$(B)/fuzz/mqtt_decode: $(MQTT_FUZZ_SRC) apps/mqtt/codec.h
+	@mkdir -p $(B)/fuzz
+	clang -g -O1 -std=gnu11 -iquote apps/mqtt -fsanitize=fuzzer,address,undefined \
+		-fno-sanitize-recover=undefined -o $@ $(MQTT_FUZZ_SRC)
+mqtt-fuzz: $(B)/fuzz/mqtt_decode
+	@mkdir -p $(B)/fuzz/corpus
+	$(B)/fuzz/mqtt_decode -max_total_time=$(FUZZ_TIME) -timeout=5 -rss_limit_mb=1024 \
+		-max_len=4096 -print_final_stats=1 $(B)/fuzz/corpus apps/mqtt/fuzz/corpus
+.PHONY: mqtt-fuzz
