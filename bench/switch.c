@@ -1,6 +1,7 @@
 /*
  * bench/switch: two tasks yielding to each other on one worker, ns per switch; and the same
- * ping-pong with swapcontext(3), the portable way to switch stacks, in the same run.
+ * ping-pong with swapcontext(3), the portable way to switch stacks, in the same run; and the
+ * weft ping-pong again with tracing on.
  */
 #define _GNU_SOURCE
 #include <ucontext.h>
@@ -65,9 +66,21 @@ int main(void)
 		w[r] = weft_run_once;
 		u[r] = swapcontext_once();
 	}
+	/* The cost of tracing when on: rings of 2^16 events wrap many times, so this is the
+	 * steady cost of recording (the file, written after the timing, goes to /dev/null). */
+	double tr[REPEAT];
+	setenv("WEFT_TRACE", "/dev/null", 1);
+	setenv("WEFT_TRACE_EVENTS", "65536", 1);
+	for (int r = 0; r < REPEAT; r++) {
+		weft_run(weft_main, NULL);
+		tr[r] = weft_run_once;
+	}
+	unsetenv("WEFT_TRACE");
 	double wm = bench_quantile(w, REPEAT, 0.5), um = bench_quantile(u, REPEAT, 0.5);
+	double tm = bench_quantile(tr, REPEAT, 0.5);
 	bench_emit("switch", "weft yield", "ns/switch", wm, "workers=1 target<=10");
 	bench_emit("switch", "swapcontext", "ns/switch", um, "baseline");
 	bench_emit("switch", "swapcontext / weft", "x", um / wm, "target>=30");
+	bench_emit("switch", "weft yield, trace on", "ns/switch", tm, "WEFT_TRACE");
 	return 0;
 }

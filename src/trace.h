@@ -14,7 +14,7 @@
 
 typedef struct weft_task weft_task;
 
-extern atomic_bool trace_on;
+extern atomic_bool trace_on __attribute__((visibility("hidden"))); /* one load, no GOT */
 
 void trace_start(void);            /* weft_run begins: reads WEFT_TRACE */
 void trace_stop(void);             /* weft_run ends: writes the file */

@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-extern atomic_bool waitstat_on;
+extern atomic_bool waitstat_on __attribute__((visibility("hidden")));
 
 void waitstat_start(int workers); /* weft_run begins: on with WEFT_STATS or WEFT_TRACE */
 void waitstat_print(void);        /* the table on stderr, if on */
