@@ -1,0 +1,15 @@
+# bench/mqtt: the MQTT load generator (on libmosquitto, Debian libmosquitto-dev) and the broker
+# benchmark, weft-mqtt against mosquitto. Native builds only, and only where libmosquitto's
+# header is installed (.ci/run installs it); otherwise there is nothing to build here.
+ifeq ($(ARCH)$(wildcard /usr/include/mosquitto.h),/usr/include/mosquitto.h)
+ALL     += $(B)/bin/weft-mqtt-load
+BENCHES += $(B)/bench/mqtt
+
+$(B)/bin/weft-mqtt-load: bench/mqtt/loadgen.c | $(B)/bin
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< -lmosquitto -lm $(LDLIBS)
+
+# The benchmark is a script: it finds the load generator and the broker beside itself.
+$(B)/bench/mqtt: bench/mqtt/run.sh $(B)/bin/weft-mqtt-load | $(B)/bench
+	cp $< $@
+	chmod +x $@
+endif
