@@ -1,0 +1,908 @@
+/*
+ * flow.c - the flow run-time: interprets the tables weft-flux generates from a .flux file
+ * (docs/flows.md teaches the language).
+ *
+ * Events. An event is a node's input record plus a small header: which node, which guards it
+ * has taken so far, and room for the node's output record. Events of one flow all have the
+ * same size (the largest record of the flow) so that they come from one free list per worker
+ * (no malloc per event); a worker's list that grows past EV_CACHE spills half to a global
+ * list, from which a worker whose list is empty takes a batch.
+ *
+ * Running. Each event runs as a detached weft task (run_event). A node's output is copied into
+ * a new event for each successor (an abstract successor first picks its targets with its
+ * rules: the first rule whose test passes). The first new event is run next by the same task,
+ * without a spawn (a continuation: a chain of nodes costs one task per input); the others are
+ * spawned, so a fan-out runs concurrently. A source's event is never handed on: after each run
+ * the same task runs the source again (yielding once, so that the events it emitted get their
+ * turn on a single worker, and sleeping while too many events are in flight). A detached node
+ * runs through weft_blocking: the task parks while a pool thread runs the function, so a
+ * blocking call in it holds no worker; pool threads get a timer slack of 1 ns, as the workers
+ * have, so that their sleeps are as precise as tasks' sleeps.
+ *
+ * Guards. A guard is a hash map from key (bytes, built from the input record by a generated
+ * function) to an entry: the value, who holds it, and a FIFO of events waiting for it. A
+ * node's guards are taken one after the other in the flow's global order (the compiler sorts
+ * them: declaration order or `precedence`, then - for one guard used twice - by key), so no
+ * cycle of waits can form. An event that cannot take a guard is queued on the entry and its
+ * task simply ends: the event waits as data, holding no task and no worker. The node that
+ * releases the guard hands it to the first waiter (exclusive and write modes), to every reader
+ * at the head of the queue (readers share, but queue behind a waiting writer), or gives its
+ * pool item to the first waiter directly, and spawns the woken events, which go on taking
+ * their remaining guards. Each guard has one spinlock, held only for the table operations.
+ * Entries live until the flow is released: a guard is for long-lived state keyed by a small
+ * set of keys.
+ *
+ * Ending. in_flight counts the events that exist (a source's event exists until the source
+ * stops). Stop sets a flag the sources check after each run; kill also makes every event that
+ * has not started yet (or is woken from a guard queue) release what it holds and vanish, and
+ * stops the routing of outputs. The last event to go posts `done`, and weft_flow_run returns.
+ *
+ * Counters. Each worker has a row of per-node counters, written only by that worker with
+ * relaxed atomics and summed by readers. A node's time is measured from its start to its end
+ * with one clock read per node: the end of one node of a chain is the start of the next.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "spin.h"
+#include "weft.h"
+
+#define EV_CACHE 512      /* events a worker keeps before spilling half */
+#define EV_BATCH 64       /* events taken from the global list at once */
+#define MAX_IN_FLIGHT 8192 /* a source pauses while more events than this exist */
+
+/* ---- records ----------------------------------------------------------------------------- */
+
+struct entry {
+	struct entry *hnext;
+	void *value;
+	int holders;                /* readers, or -1 for an exclusive or write holder */
+	struct event *wq, *wq_tail; /* events waiting, FIFO */
+	alignas(16) unsigned char key[];
+};
+
+struct guard_rt {
+	spinlock lock;
+	int kind;
+	unsigned key_size;
+	size_t nbuckets, count;
+	struct entry **buckets;
+	void **items;               /* pool: free items (a stack) and all items ever added */
+	size_t nitems, cap;
+	struct event *wq, *wq_tail; /* pool: events waiting for an item */
+};
+
+struct acq {
+	struct entry *e;            /* NULL for a pool */
+	void *item;                 /* a pool item */
+	int use;                    /* index in the node's uses */
+	bool alias;                 /* same guard and key as the previous acquisition: shared */
+};
+
+struct event {
+	struct event *next;         /* free list or guard wait queue */
+	struct event *pending;      /* a detached node's splayed outputs, spawned on return */
+	int node;
+	unsigned char nacq, gi;     /* acquisitions computed, and taken so far */
+	bool started, dropped;
+	struct weft_flow_rt *rt;
+	struct acq acq[WEFT_FLOW_MAX_GUARDS];
+	/* the input record at IN_OFF, the output record at rt->out_off, preceded by a pointer
+	 * back to the event (weft_flow_emit finds its event from the out pointer) */
+};
+
+#define IN_OFF ((sizeof(struct event) + 15) & ~(size_t)15)
+
+struct nstat {
+	_Atomic uint64_t events, errors;
+	_Atomic int64_t ns;
+};
+
+struct evcache {
+	struct event *head;
+	int n;
+	char pad[64 - sizeof(void *) - sizeof(int)];
+};
+
+struct weft_flow_rt {
+	weft_flow *f;
+	size_t ev_size, out_off;
+	struct guard_rt *guards;
+	atomic_int running;
+	atomic_bool stopping, killed;
+	atomic_long in_flight;
+	weft_sem done;
+	int nrows;                  /* workers, plus one row for other threads */
+	struct nstat *stats;        /* nrows x nnodes */
+	struct evcache *caches;     /* one per worker */
+	spinlock glock;             /* the global list of free events */
+	struct event *global;
+	atomic_int nglobal;         /* read without the lock as a hint */
+};
+
+static inline void *ev_in(struct event *ev)
+{
+	return (char *)ev + IN_OFF;
+}
+
+static inline void *ev_out(struct event *ev)
+{
+	return (char *)ev + ev->rt->out_off;
+}
+
+static inline const weft_flow_node *ev_node(struct event *ev)
+{
+	return &ev->rt->f->nodes[ev->node];
+}
+
+/* ---- counters ---------------------------------------------------------------------------- */
+
+static void count(struct weft_flow_rt *rt, int node, bool error, int64_t ns)
+{
+	int w = weft_worker_id();
+	int row = w >= 0 && w < rt->nrows - 1 ? w : rt->nrows - 1;
+	struct nstat *s = &rt->stats[(size_t)row * (size_t)rt->f->nnodes + (size_t)node];
+	if (row == rt->nrows - 1) { /* shared by foreign threads: real read-modify-write */
+		atomic_fetch_add_explicit(&s->events, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&s->errors, error, memory_order_relaxed);
+		atomic_fetch_add_explicit(&s->ns, ns, memory_order_relaxed);
+		return;
+	}
+	/* owner-written: a load and a store, no locked instruction */
+	atomic_store_explicit(&s->events, atomic_load_explicit(&s->events, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+	if (error)
+		atomic_store_explicit(&s->errors,
+				      atomic_load_explicit(&s->errors, memory_order_relaxed) + 1,
+				      memory_order_relaxed);
+	atomic_store_explicit(&s->ns, atomic_load_explicit(&s->ns, memory_order_relaxed) + ns,
+			      memory_order_relaxed);
+}
+
+/* ---- events: per-worker free lists ------------------------------------------------------- */
+
+static struct event *ev_alloc(struct weft_flow_rt *rt, int node)
+{
+	struct event *ev = NULL;
+	int w = weft_worker_id();
+	if (w >= 0 && w < rt->nrows - 1) {
+		struct evcache *c = &rt->caches[w];
+		if (!c->head && atomic_load_explicit(&rt->nglobal, memory_order_relaxed)) { /* refill a batch (nglobal read racily: a hint) */
+			spin_lock(&rt->glock);
+			for (int i = 0; i < EV_BATCH && rt->global; i++) {
+				struct event *e = rt->global;
+				rt->global = e->next;
+				rt->nglobal--;
+				e->next = c->head;
+				c->head = e;
+				c->n++;
+			}
+			spin_unlock(&rt->glock);
+		}
+		if ((ev = c->head)) {
+			c->head = ev->next;
+			c->n--;
+		}
+	} else {
+		spin_lock(&rt->glock);
+		if ((ev = rt->global)) {
+			rt->global = ev->next;
+			rt->nglobal--;
+		}
+		spin_unlock(&rt->glock);
+	}
+	if (!ev && !(ev = aligned_alloc(16, rt->ev_size)))
+		return NULL;
+	ev->next = ev->pending = NULL;
+	ev->node = node;
+	ev->nacq = ev->gi = 0;
+	ev->started = ev->dropped = false;
+	ev->rt = rt;
+	*(struct event **)((char *)ev + rt->out_off - sizeof(void *)) = ev;
+	atomic_fetch_add_explicit(&rt->in_flight, 1, memory_order_relaxed);
+	return ev;
+}
+
+static void ev_free(struct event *ev)
+{
+	struct weft_flow_rt *rt = ev->rt;
+	int w = weft_worker_id();
+	if (w >= 0 && w < rt->nrows - 1) {
+		struct evcache *c = &rt->caches[w];
+		ev->next = c->head;
+		c->head = ev;
+		if (++c->n > EV_CACHE) { /* spill half */
+			struct event *first = c->head, *last = first;
+			for (int i = 1; i < EV_CACHE / 2; i++)
+				last = last->next;
+			c->head = last->next;
+			c->n -= EV_CACHE / 2;
+			spin_lock(&rt->glock);
+			last->next = rt->global;
+			rt->global = first;
+			rt->nglobal += EV_CACHE / 2;
+			spin_unlock(&rt->glock);
+		}
+	} else {
+		spin_lock(&rt->glock);
+		ev->next = rt->global;
+		rt->global = ev;
+		rt->nglobal++;
+		spin_unlock(&rt->glock);
+	}
+	/* release: the waiter of `done` then frees every event, this one included */
+	if (atomic_fetch_sub_explicit(&rt->in_flight, 1, memory_order_acq_rel) == 1)
+		weft_sem_post(&rt->done);
+}
+
+/* ---- guards ------------------------------------------------------------------------------ */
+
+static uint64_t hash(const unsigned char *k, unsigned n)
+{
+	uint64_t h = 1469598103934665603ULL;
+	for (unsigned i = 0; i < n; i++)
+		h = (h ^ k[i]) * 1099511628211ULL;
+	return h ^ (h >> 29);
+}
+
+static int grow(struct guard_rt *g)
+{
+	size_t nb = g->nbuckets ? g->nbuckets * 2 : 64;
+	struct entry **b = calloc(nb, sizeof *b);
+	if (!b)
+		return -ENOMEM;
+	for (size_t i = 0; i < g->nbuckets; i++)
+		for (struct entry *e = g->buckets[i], *n; e; e = n) {
+			n = e->hnext;
+			size_t j = hash(e->key, g->key_size) & (nb - 1);
+			e->hnext = b[j];
+			b[j] = e;
+		}
+	free(g->buckets);
+	g->buckets = b;
+	g->nbuckets = nb;
+	return 0;
+}
+
+/* The entry for key, created if missing. Guard lock held. */
+static struct entry *lookup(struct guard_rt *g, const void *key)
+{
+	if (g->count >= g->nbuckets && grow(g) && !g->nbuckets)
+		return NULL;
+	size_t i = hash(key, g->key_size) & (g->nbuckets - 1);
+	for (struct entry *e = g->buckets[i]; e; e = e->hnext)
+		if (!memcmp(e->key, key, g->key_size))
+			return e;
+	struct entry *e = calloc(1, sizeof *e + g->key_size);
+	if (!e)
+		return NULL;
+	memcpy(e->key, key, g->key_size);
+	e->hnext = g->buckets[i];
+	g->buckets[i] = e;
+	g->count++;
+	return e;
+}
+
+static void enqueue(struct event **head, struct event **tail, struct event *ev)
+{
+	ev->next = NULL;
+	if (*tail)
+		(*tail)->next = ev;
+	else
+		*head = ev;
+	*tail = ev;
+}
+
+static int use_mode(struct event *ev, int i)
+{
+	return ev_node(ev)->uses[ev->acq[i].use].mode;
+}
+
+/* Take acquisition gi of ev, or queue ev on it: true when taken. */
+static bool acquire(struct event *ev)
+{
+	struct acq *a = &ev->acq[ev->gi];
+	if (a->alias)
+		return true;
+	const weft_flow_use *u = &ev_node(ev)->uses[a->use];
+	struct guard_rt *g = &ev->rt->guards[u->guard];
+	bool ok;
+	spin_lock(&g->lock);
+	switch (u->mode) {
+	case WEFT_FLOW_POOL:
+		if ((ok = g->nitems > 0))
+			a->item = g->items[--g->nitems];
+		else
+			enqueue(&g->wq, &g->wq_tail, ev);
+		break;
+	case WEFT_FLOW_READ:
+		if ((ok = a->e->holders >= 0 && !a->e->wq))
+			a->e->holders++;
+		else
+			enqueue(&a->e->wq, &a->e->wq_tail, ev);
+		break;
+	case WEFT_FLOW_FREE:
+		ok = true;
+		break;
+	default: /* exclusive, write */
+		if ((ok = a->e->holders == 0 && !a->e->wq))
+			a->e->holders = -1;
+		else
+			enqueue(&a->e->wq, &a->e->wq_tail, ev);
+		break;
+	}
+	spin_unlock(&g->lock);
+	return ok;
+}
+
+/* Hand a free entry to the waiters at the head of its queue: one writer, or every reader up
+ * to the next writer. The events granted are pushed on *woken. Guard lock held. */
+static void grant(struct entry *e, struct event **woken)
+{
+	while (e->wq && e->holders >= 0) {
+		struct event *w = e->wq;
+		bool reader = use_mode(w, w->gi) == WEFT_FLOW_READ;
+		if (!reader && e->holders > 0)
+			break;
+		e->wq = w->next;
+		if (!e->wq)
+			e->wq_tail = NULL;
+		e->holders = reader ? e->holders + 1 : -1;
+		w->gi++;
+		w->next = *woken;
+		*woken = w;
+	}
+}
+
+static void release_one(struct event *ev, int i, struct event **woken)
+{
+	struct acq *a = &ev->acq[i];
+	if (a->alias)
+		return;
+	int mode = use_mode(ev, i);
+	if (mode == WEFT_FLOW_FREE)
+		return;
+	struct guard_rt *g = &ev->rt->guards[ev_node(ev)->uses[a->use].guard];
+	spin_lock(&g->lock);
+	if (mode == WEFT_FLOW_POOL) {
+		struct event *w = g->wq;
+		if (w) { /* the item goes straight to the first waiter */
+			g->wq = w->next;
+			if (!g->wq)
+				g->wq_tail = NULL;
+			w->acq[w->gi].item = a->item;
+			w->gi++;
+			w->next = *woken;
+			*woken = w;
+		} else {
+			g->items[g->nitems++] = a->item;
+		}
+	} else {
+		if (mode == WEFT_FLOW_READ)
+			a->e->holders--;
+		else
+			a->e->holders = 0;
+		grant(a->e, woken);
+	}
+	spin_unlock(&g->lock);
+}
+
+static void run_task(void *arg);
+
+static void spawn_event(struct event *ev)
+{
+	weft_spawn_opts o = { .detached = 1, .name = ev_node(ev)->name };
+	if (!weft_spawn_opt(run_task, ev, &o)) {
+		fprintf(stderr, "weft: flow %s: cannot spawn a task for node %s\n", ev->rt->f->name,
+			ev_node(ev)->name);
+		abort();
+	}
+}
+
+/* Release the guards ev holds (in reverse order) and start the events that now have them. */
+static void release_all(struct event *ev)
+{
+	struct event *woken = NULL;
+	for (int i = ev->gi - 1; i >= 0; i--)
+		release_one(ev, i, &woken);
+	ev->gi = 0;
+	while (woken) {
+		struct event *w = woken;
+		woken = w->next;
+		spawn_event(w);
+	}
+}
+
+/* Compute ev's acquisitions: keys, entries, and the order among uses of one guard. */
+static int prepare(struct event *ev)
+{
+	const weft_flow_node *n = ev_node(ev);
+	for (int i = 0; i < n->nuses; i++) {
+		const weft_flow_use *u = &n->uses[i];
+		struct guard_rt *g = &ev->rt->guards[u->guard];
+		struct acq *a = &ev->acq[i];
+		*a = (struct acq){ .use = i };
+		if (u->mode == WEFT_FLOW_POOL)
+			continue;
+		unsigned char key[g->key_size + 1];
+		memset(key, 0, sizeof key);
+		if (u->key)
+			u->key(ev_in(ev), key);
+		spin_lock(&g->lock);
+		a->e = lookup(g, key);
+		spin_unlock(&g->lock);
+		if (!a->e)
+			return -ENOMEM;
+	}
+	/* uses of one guard are adjacent (the compiler sorted them): order them by key, and let
+	 * a repeat of the same key share the first acquisition */
+	for (int i = 1; i < n->nuses; i++)
+		for (int j = i; j > 0; j--) {
+			struct acq *p = &ev->acq[j - 1], *q = &ev->acq[j];
+			if (n->uses[p->use].guard != n->uses[q->use].guard || !p->e)
+				break;
+			unsigned ks = ev->rt->guards[n->uses[p->use].guard].key_size;
+			if (memcmp(p->e->key, q->e->key, ks) <= 0)
+				break;
+			struct acq t = *p;
+			*p = *q;
+			*q = t;
+		}
+	for (int i = 1; i < n->nuses; i++) {
+		struct acq *p = &ev->acq[i - 1], *q = &ev->acq[i];
+		q->alias = p->e && q->e == p->e;
+	}
+	ev->nacq = (unsigned char)n->nuses;
+	return 0;
+}
+
+/* ---- routing ----------------------------------------------------------------------------- */
+
+struct evlist {
+	struct event *head, *tail;
+};
+
+static void push(struct evlist *l, struct event *ev)
+{
+	ev->next = NULL;
+	if (l->tail)
+		l->tail->next = ev;
+	else
+		l->head = ev;
+	l->tail = ev;
+}
+
+/* Deliver a record to node t: an event for a concrete node, the rules of an abstract one. */
+static void deliver(struct weft_flow_rt *rt, int t, const void *rec, struct evlist *out)
+{
+	const weft_flow_node *n = &rt->f->nodes[t];
+	if (n->flags & WEFT_FLOW_ABSTRACT) {
+		for (int r = 0; r < n->nrules; r++) {
+			const weft_flow_rule *rule = &n->rules[r];
+			if (rule->test && !rule->test(rec))
+				continue;
+			for (int i = 0; i < rule->ntargets; i++)
+				deliver(rt, rule->targets[i], rec, out);
+			break;
+		}
+		return; /* no rule passed: the record goes nowhere */
+	}
+	struct event *ev = ev_alloc(rt, t);
+	if (!ev) {
+		fprintf(stderr, "weft: flow %s: out of memory for an event of %s\n", rt->f->name,
+			n->name);
+		abort();
+	}
+	memcpy(ev_in(ev), rec, n->in_size);
+	push(out, ev);
+}
+
+/* Turn the output record of node n into events for its successors. */
+static void route(struct weft_flow_rt *rt, const weft_flow_node *n, const void *rec,
+		  struct evlist *out)
+{
+	if (atomic_load_explicit(&rt->killed, memory_order_relaxed))
+		return;
+	for (int i = 0; i < n->nnext; i++)
+		deliver(rt, n->next[i], rec, out);
+}
+
+static void spawn_all(struct event *ev)
+{
+	while (ev) {
+		struct event *n = ev->next;
+		spawn_event(ev);
+		ev = n;
+	}
+}
+
+int weft_flow_emit(void *out)
+{
+	if (!out)
+		return -EINVAL;
+	struct event *ev = ((struct event **)out)[-1];
+	struct weft_flow_rt *rt = ev->rt;
+	if (atomic_load_explicit(&rt->killed, memory_order_relaxed))
+		return -ECANCELED;
+	struct evlist l = { 0, 0 };
+	route(rt, ev_node(ev), out, &l);
+	if (weft_self()) {
+		spawn_all(l.head);
+	} else if (l.head) { /* a detached node on a pool thread: its task spawns them */
+		l.tail->next = ev->pending;
+		ev->pending = l.head;
+	}
+	return 0;
+}
+
+void weft_flow_drop(void *out)
+{
+	if (out)
+		((struct event **)out)[-1]->dropped = true;
+}
+
+/* ---- running an event -------------------------------------------------------------------- */
+
+struct call {
+	struct event *ev;
+	void **atoms;
+	int result;
+};
+
+static void detached_call(void *arg)
+{
+	static __thread bool slack_set;
+	struct call *c = arg;
+	if (!slack_set) { /* pool threads sleep as precisely as workers do */
+		prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+		slack_set = true;
+	}
+	const weft_flow_node *n = ev_node(c->ev);
+	c->result = n->call(ev_in(c->ev), ev_out(c->ev), c->atoms);
+}
+
+/* Call ev's node function with its atoms; the result is the function's. */
+static int call_node(struct event *ev)
+{
+	const weft_flow_node *n = ev_node(ev);
+	void *atoms[WEFT_FLOW_MAX_GUARDS];
+	for (int i = 0; i < ev->nacq; i++) {
+		struct acq *a = &ev->acq[i];
+		struct acq *src = a;
+		while (src->alias)
+			src--;
+		atoms[n->uses[a->use].atom] = n->uses[a->use].mode == WEFT_FLOW_POOL
+						      ? (void *)&src->item
+						      : (void *)&src->e->value;
+	}
+	memset(ev_out(ev), 0, n->out_size);
+	if (!(n->flags & WEFT_FLOW_DETACHED))
+		return n->call(ev_in(ev), ev_out(ev), atoms);
+	struct call c = { ev, atoms, 0 };
+	int r = weft_blocking(detached_call, &c);
+	if (r < 0) {
+		fprintf(stderr, "weft: flow %s: blocking pool: %s\n", ev->rt->f->name, strerror(-r));
+		abort();
+	}
+	return c.result;
+}
+
+/* After a run: route the output (or the error), release the guards. The new events go on *l. */
+static void finish(struct event *ev, int err, struct evlist *l)
+{
+	struct weft_flow_rt *rt = ev->rt;
+	const weft_flow_node *n = ev_node(ev);
+	if (ev->pending) {
+		spawn_all(ev->pending);
+		ev->pending = NULL;
+	}
+	release_all(ev);
+	if (err && n->on_error >= 0) {
+		if (!atomic_load_explicit(&rt->killed, memory_order_relaxed)) {
+			const weft_flow_node *h = &rt->f->nodes[n->on_error];
+			struct event *e = ev_alloc(rt, n->on_error);
+			if (!e)
+				abort();
+			memset(ev_in(e), 0, h->in_size);
+			memcpy(ev_in(e), ev_in(ev), n->in_size);
+			memcpy((char *)ev_in(e) + n->err_offset, &err, sizeof err);
+			push(l, e);
+		}
+	} else if (!err && !ev->dropped) {
+		route(rt, n, ev_out(ev), l);
+	}
+	ev->dropped = false;
+	ev->nacq = 0;
+}
+
+/* Drop an event that will not run (the flow was killed): release what it took. */
+static void vanish(struct event *ev)
+{
+	release_all(ev);
+	ev_free(ev);
+}
+
+/*
+ * Run ev and then the continuation its output gives, until an event parks on a guard, the
+ * chain ends, or (for a source) the flow stops.
+ */
+static void run_event(struct event *ev)
+{
+	struct weft_flow_rt *rt = ev->rt;
+	int64_t t0 = weft_now();
+	while (ev) {
+		if (atomic_load_explicit(&rt->killed, memory_order_relaxed)) {
+			vanish(ev);
+			return;
+		}
+		const weft_flow_node *n = ev_node(ev);
+		if (!ev->started) {
+			if (prepare(ev)) {
+				fprintf(stderr, "weft: flow %s: out of memory for a guard\n", rt->f->name);
+				abort();
+			}
+			ev->started = true;
+		}
+		while (ev->gi < ev->nacq) {
+			if (!acquire(ev))
+				return; /* parked: the event now waits as data on the guard's queue */
+			ev->gi++;
+		}
+		int err = call_node(ev);
+		int64_t t1 = weft_now();
+		count(rt, ev->node, err != 0, t1 - t0);
+		t0 = t1;
+		struct evlist l = { 0, 0 };
+		finish(ev, err, &l);
+		if (n->flags & WEFT_FLOW_SOURCE) {
+			spawn_all(l.head);
+			if (atomic_load_explicit(&rt->stopping, memory_order_relaxed)) {
+				ev_free(ev);
+				return;
+			}
+			ev->started = false;
+			weft_yield(); /* let the events it emitted run, even on one worker */
+			while (atomic_load_explicit(&rt->in_flight, memory_order_relaxed) >
+				       MAX_IN_FLIGHT &&
+			       !atomic_load_explicit(&rt->stopping, memory_order_relaxed))
+				weft_sleep_until(weft_now() + 20000);
+			t0 = weft_now();
+			continue;
+		}
+		ev_free(ev);
+		ev = l.head; /* the continuation */
+		if (ev)
+			spawn_all(ev->next);
+	}
+}
+
+static void run_task(void *arg)
+{
+	run_event(arg);
+}
+
+/* ---- the flow ---------------------------------------------------------------------------- */
+
+/* The run-time state of f, created on first use (guards may be set before the flow runs). */
+static struct weft_flow_rt *rt_get(weft_flow *f)
+{
+	if (f->_rt)
+		return f->_rt;
+	struct weft_flow_rt *rt = calloc(1, sizeof *rt);
+	if (!rt)
+		return NULL;
+	rt->f = f;
+	rt->guards = calloc((size_t)f->nguards + 1, sizeof *rt->guards);
+	if (!rt->guards) {
+		free(rt);
+		return NULL;
+	}
+	for (int i = 0; i < f->nguards; i++) {
+		rt->guards[i].kind = f->guards[i].kind;
+		rt->guards[i].key_size = f->guards[i].key_size;
+	}
+	size_t in = 0, out = 0;
+	for (int i = 0; i < f->nnodes; i++) {
+		in = f->nodes[i].in_size > in ? f->nodes[i].in_size : in;
+		out = f->nodes[i].out_size > out ? f->nodes[i].out_size : out;
+	}
+	rt->out_off = (IN_OFF + in + sizeof(void *) + 15) & ~(size_t)15;
+	rt->ev_size = (rt->out_off + out + 15) & ~(size_t)15;
+	f->_rt = rt;
+	return rt;
+}
+
+int weft_flow_guard_set(weft_flow *f, int g, const void *key, void *value)
+{
+	if (!f || g < 0 || g >= f->nguards || f->guards[g].kind == WEFT_FLOW_POOL ||
+	    (!key && f->guards[g].key_size))
+		return -EINVAL;
+	struct weft_flow_rt *rt = rt_get(f);
+	if (!rt)
+		return -ENOMEM;
+	struct guard_rt *gr = &rt->guards[g];
+	spin_lock(&gr->lock);
+	struct entry *e = lookup(gr, key);
+	if (e)
+		e->value = value;
+	spin_unlock(&gr->lock);
+	return e ? 0 : -ENOMEM;
+}
+
+int weft_flow_guard_add(weft_flow *f, int g, void *item)
+{
+	if (!f || g < 0 || g >= f->nguards || f->guards[g].kind != WEFT_FLOW_POOL)
+		return -EINVAL;
+	struct weft_flow_rt *rt = rt_get(f);
+	if (!rt)
+		return -ENOMEM;
+	struct guard_rt *gr = &rt->guards[g];
+	int r = 0;
+	spin_lock(&gr->lock);
+	if (gr->nitems == gr->cap) {
+		size_t cap = gr->cap ? gr->cap * 2 : 16;
+		void **p = realloc(gr->items, cap * sizeof *p);
+		if (p) {
+			gr->items = p;
+			gr->cap = cap;
+		} else {
+			r = -ENOMEM;
+		}
+	}
+	if (!r)
+		gr->items[gr->nitems++] = item;
+	spin_unlock(&gr->lock);
+	return r;
+}
+
+void weft_flow_stop(weft_flow *f)
+{
+	if (f && f->_rt)
+		atomic_store(&f->_rt->stopping, true);
+}
+
+void weft_flow_kill(weft_flow *f)
+{
+	if (f && f->_rt) {
+		atomic_store(&f->_rt->stopping, true);
+		atomic_store(&f->_rt->killed, true);
+	}
+}
+
+int weft_flow_stats_get(weft_flow *f, weft_flow_stats *out, int max)
+{
+	if (!f || !f->_rt || !f->_rt->stats)
+		return 0;
+	struct weft_flow_rt *rt = f->_rt;
+	for (int i = 0; i < f->nnodes && i < max; i++) {
+		weft_flow_stats s = { f->nodes[i].name, 0, 0, 0 };
+		for (int r = 0; r < rt->nrows; r++) {
+			struct nstat *x = &rt->stats[(size_t)r * (size_t)f->nnodes + (size_t)i];
+			s.events += atomic_load_explicit(&x->events, memory_order_relaxed);
+			s.errors += atomic_load_explicit(&x->errors, memory_order_relaxed);
+			s.time_ns += atomic_load_explicit(&x->ns, memory_order_relaxed);
+		}
+		out[i] = s;
+	}
+	return f->nnodes;
+}
+
+int weft_flow_stats_print(weft_flow *f, int fd)
+{
+	if (!f)
+		return -EINVAL;
+	weft_flow_stats s[f->nnodes + 1];
+	int n = weft_flow_stats_get(f, s, f->nnodes);
+	dprintf(fd, "weft flow %s:\n%-24s %12s %10s %12s %10s\n", f->name, "node", "events",
+		"errors", "time ms", "us/event");
+	for (int i = 0; i < n; i++) {
+		if (f->nodes[i].flags & WEFT_FLOW_ABSTRACT)
+			continue;
+		dprintf(fd, "%-24s %12llu %10llu %12.3f %10.3f\n", s[i].name,
+			(unsigned long long)s[i].events, (unsigned long long)s[i].errors,
+			(double)s[i].time_ns / 1e6,
+			s[i].events ? (double)s[i].time_ns / 1e3 / (double)s[i].events : 0.0);
+	}
+	return 0;
+}
+
+static void caches_free(struct weft_flow_rt *rt)
+{
+	for (int w = 0; w < rt->nrows - 1; w++)
+		for (struct event *e = rt->caches[w].head, *n; e; e = n) {
+			n = e->next;
+			free(e);
+		}
+	for (struct event *e = rt->global, *n; e; e = n) {
+		n = e->next;
+		free(e);
+	}
+	rt->global = NULL;
+	rt->nglobal = 0;
+	free(rt->caches);
+	rt->caches = NULL;
+}
+
+static int flow_body(weft_flow *f, int argc, char **argv)
+{
+	struct weft_flow_rt *rt = rt_get(f);
+	if (!rt)
+		return -ENOMEM;
+	int idle = 0;
+	if (!atomic_compare_exchange_strong(&rt->running, &idle, 1))
+		return -EBUSY;
+	int workers = weft_worker_max();
+	rt->nrows = workers + 1;
+	free(rt->stats);
+	rt->stats = calloc((size_t)rt->nrows * (size_t)f->nnodes + 1, sizeof *rt->stats);
+	rt->caches = calloc((size_t)workers + 1, sizeof *rt->caches);
+	if (!rt->stats || !rt->caches) {
+		free(rt->caches);
+		rt->caches = NULL;
+		atomic_store(&rt->running, 0);
+		return -ENOMEM;
+	}
+	atomic_store(&rt->stopping, false);
+	atomic_store(&rt->killed, false);
+	atomic_store(&rt->in_flight, 1); /* ours, until everything has started */
+	weft_sem_init(&rt->done, 0);
+	if (f->init)
+		f->init(argc, argv);
+	for (int i = 0; i < f->ninitials; i++) {
+		struct event *ev = ev_alloc(rt, f->initials[i]);
+		if (!ev)
+			abort();
+		run_event(ev);
+	}
+	for (int i = 0; i < f->nsources; i++) {
+		struct event *ev = ev_alloc(rt, f->sources[i]);
+		if (!ev)
+			abort();
+		spawn_event(ev);
+	}
+	if (atomic_fetch_sub(&rt->in_flight, 1) != 1)
+		weft_sem_wait(&rt->done);
+	/* the last ev_free posted `done` after its last touch of the lists; taking the lock
+	 * once orders that before the frees below */
+	spin_lock(&rt->glock);
+	spin_unlock(&rt->glock);
+	caches_free(rt);
+	if (f->deinit)
+		f->deinit();
+	const char *e = getenv("WEFT_FLOW_STATS");
+	if (e && *e && *e != '0')
+		weft_flow_stats_print(f, 2);
+	atomic_store(&rt->running, 0);
+	return 0;
+}
+
+struct flow_args {
+	weft_flow *f;
+	int argc;
+	char **argv;
+};
+
+static int flow_main(void *arg)
+{
+	struct flow_args *a = arg;
+	return flow_body(a->f, a->argc, a->argv);
+}
+
+int weft_flow_run(weft_flow *f, int argc, char **argv)
+{
+	if (!f)
+		return -EINVAL;
+	struct flow_args a = { f, argc, argv };
+	if (weft_self())
+		return flow_main(&a);
+	return weft_run(flow_main, &a);
+}

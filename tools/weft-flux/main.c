@@ -1,0 +1,124 @@
+/*
+ * main.c - the weft-flux command line:
+ *
+ *   weft-flux [-o DIR] [-n NAME] x.flux     writes DIR/x_flow.h and DIR/x_flow.c
+ *
+ * DIR defaults to the current directory; NAME (the flow's name, x by default: the file name
+ * without .flux, other characters than letters and digits made '_') names the files and the
+ * flow object NAME_flow. Errors go to stderr as `file:line:col: error: message`, exit 1.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flux.h"
+
+static jmp_buf fail_jmp;
+
+void flux_fail(const struct loc *loc, const char *fmt, ...)
+{
+	va_list ap;
+	fflush(stdout);
+	fprintf(stderr, "%s:%d:%d: error: ", loc->file, loc->line, loc->col);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	longjmp(fail_jmp, 1);
+}
+
+void *xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	if (!p) {
+		fprintf(stderr, "weft-flux: out of memory\n");
+		exit(2);
+	}
+	return p;
+}
+
+void *xrealloc(void *p, size_t n)
+{
+	p = realloc(p, n ? n : 1);
+	if (!p) {
+		fprintf(stderr, "weft-flux: out of memory\n");
+		exit(2);
+	}
+	return p;
+}
+
+char *xstrdup(const char *s)
+{
+	size_t n = strlen(s) + 1;
+	return memcpy(xmalloc(n), s, n);
+}
+
+char *xprintf(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	char *s = xmalloc((size_t)n + 1);
+	va_start(ap, fmt);
+	vsnprintf(s, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	return s;
+}
+
+static char *flow_name(const char *path)
+{
+	const char *base = strrchr(path, '/');
+	base = base ? base + 1 : path;
+	char *s = xstrdup(base);
+	size_t n = strlen(s);
+	if (n > 5 && !strcmp(s + n - 5, ".flux"))
+		s[n - 5] = 0;
+	for (char *c = s; *c; c++)
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9')))
+			*c = '_';
+	if (!*s || (*s >= '0' && *s <= '9'))
+		s = xprintf("_%s", s);
+	return s;
+}
+
+static int compile(const char *file, const char *dir, const char *name)
+{
+	static struct program p;
+	memset(&p, 0, sizeof p);
+	const char *base = strrchr(file, '/');
+	p.main_file = base ? base + 1 : file;
+	p.name = name ? flow_name(name) : flow_name(file);
+	if (setjmp(fail_jmp))
+		return 1;
+	if (parse_file(&p, file, NULL))
+		return 1;
+	check_program(&p);
+	return gen_program(&p, dir) ? 1 : 0;
+}
+
+static int usage(void)
+{
+	fprintf(stderr, "usage: weft-flux [-o DIR] [-n NAME] file.flux\n");
+	return 2;
+}
+
+int flux_main(int argc, char **argv)
+{
+	const char *dir = ".", *name = NULL, *file = NULL;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "-o") && i + 1 < argc)
+			dir = argv[++i];
+		else if (!strcmp(argv[i], "-n") && i + 1 < argc)
+			name = argv[++i];
+		else if (argv[i][0] == '-' || file)
+			return usage();
+		else
+			file = argv[i];
+	}
+	if (!file)
+		return usage();
+	return compile(file, dir, name);
+}
