@@ -259,6 +259,11 @@ size_t weft_chan_len(weft_chan *c);
  * just leaving after a deadline or cancellation (a snapshot; 0 for NULL). */
 size_t weft_chan_waiting(weft_chan *c);
 
+/* Name c for the task dump ("chan recv on jobs"): up to 31 bytes are kept. weft_chan_name
+ * returns "" for a channel without a name. */
+void weft_chan_set_name(weft_chan *c, const char *name);
+const char *weft_chan_name(const weft_chan *c);
+
 /*
  * Select: wait on several sends and receives at once, over any channels, with one deadline,
  * and do exactly one of them. Describe each case with a weft_select_case (the helpers

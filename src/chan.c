@@ -115,6 +115,7 @@ struct weft_chan {
 	size_t cap;              /* slots: capacity, or slots per segment when unbounded */
 	size_t psize;            /* packet_size */
 	size_t stride;           /* bytes per slot: the length word, then the packet */
+	char name[32];           /* for dumps (weft_chan_set_name) */
 };
 
 _Static_assert(offsetof(struct weft_chan, slots) == 64, "the hot fields fill one line");
@@ -767,4 +768,18 @@ int weft_select(weft_select_case *k, int n, int64_t deadline)
 		return r;
 	}
 	return select_park(k, n, order, m, deadline);
+}
+
+void weft_chan_set_name(weft_chan *c, const char *name)
+{
+	if (!c)
+		return;
+	size_t n = name ? strnlen(name, sizeof c->name - 1) : 0;
+	memcpy(c->name, name ? name : "", n);
+	c->name[n] = 0;
+}
+
+const char *weft_chan_name(const weft_chan *c)
+{
+	return c ? c->name : "";
 }

@@ -66,7 +66,11 @@ static void dump_one(struct stack *s, void *ctx)
 		long long ms = d->now && t->parked_at ? (d->now - t->parked_at) / 1000000 : 0;
 		n = snprintf(line, sizeof line, "  task %llu (%s): %s", (unsigned long long)t->id,
 			     t->name, t->wait.reason ? t->wait.reason : "parked");
-		if (t->wait.object)
+		const char *r = t->wait.reason;
+		if (r && strncmp(r, "chan ", 5) == 0 && *weft_chan_name(t->wait.object))
+			n += snprintf(line + n, sizeof line - (size_t)n, " on %s (%p)",
+				      weft_chan_name(t->wait.object), t->wait.object);
+		else if (t->wait.object)
 			n += snprintf(line + n, sizeof line - (size_t)n, " on %p", t->wait.object);
 		n += snprintf(line + n, sizeof line - (size_t)n, " for %lld ms, spawned at %s\n", ms,
 			      at);

@@ -27,6 +27,10 @@ static int dumps(void *arg)
 {
 	(void)arg;
 	CHECK((c = weft_chan_new(0, sizeof(int))));
+	CHECK_EQ(strcmp(weft_chan_name(c), ""), 0);
+	weft_chan_set_name(c, "jobs, with a name longer than thirty-one bytes");
+	CHECK_EQ(strcmp(weft_chan_name(c), "jobs, with a name longer than t"), 0);
+	weft_chan_set_name(c, "jobs");
 	weft_task *r = weft_spawn_opt(reader, NULL, &(weft_spawn_opts){ .name = "reader" });
 	weft_task *n = weft_spawn_opt(napper, NULL, &(weft_spawn_opts){ .name = "napper" });
 	while (weft_chan_waiting(c) < 1)
@@ -42,7 +46,7 @@ static int dumps(void *arg)
 	out[k] = 0;
 	close(p[0]);
 	char want[128];
-	snprintf(want, sizeof want, "(reader): chan recv on %p for ", (void *)c);
+	snprintf(want, sizeof want, "(reader): chan recv on jobs (%p) for ", (void *)c);
 	CHECK(strstr(out, want));
 	CHECK(strstr(out, "(napper): sleep for "));
 	CHECK(strstr(out, "(main): running"));
