@@ -113,10 +113,10 @@ test-all:
 bench: $(BENCHES) $(B)/libweft.a
 	@sh bench/run.sh $(B)/bench
 
-# The programs weft is measured against (run as root): Go, SWI-Prolog, Gambit, wrk, nginx;
+# The programs weft is measured against (run as root): Go, SWI-Prolog, Gambit, wrk, nginx, mosquitto;
 # gnuplot draws the charts.
 bench-peers:
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go swi-prolog-nox gambc wrk nginx-light gnuplot-nox
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go swi-prolog-nox gambc wrk nginx-light mosquitto mosquitto-clients libmosquitto-dev gnuplot-nox
 
 install: $(B)/libweft.a $(B)/libweft.so $(B)/libweft-shim.so weft.pc
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
