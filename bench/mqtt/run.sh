@@ -1,0 +1,233 @@
+#!/usr/bin/env bash
+# bench/mqtt: weft-mqtt against mosquitto 2.0 through the same scenarios, driven by the same
+# load generator (weft-mqtt-load, on libmosquitto: neutral between the two brokers).
+#
+# Each broker is started in turn on a free 127.0.0.1 port with persistence off, then:
+#   fanin     100 publishers -> 1 subscriber, one topic, QoS 0
+#   pairs-q0  50 publisher/subscriber pairs, a topic each, QoS 0
+#   pairs-q1  the same at QoS 1 (losses and duplicates checked)
+#   fanout    1 publisher -> 100 subscribers, QoS 0
+#   rate      50 pairs at a fixed 10,000 msgs/s in total, QoS 1: the latency run
+#   idle      10,000 idle connections to a freshly started broker: RSS per connection
+#   storm     connect/CONNACK/DISCONNECT, one at a time and from 4 threads: connections/s
+# The traffic scenarios run $RUNS times (default 3) after a 0.5 s warm-up each, and report the
+# median of: delivered msgs/s, the broker's CPU (utime+stime from /proc) per delivered message,
+# and the latency quantiles from the payloads' timestamps. Ratio rows (weft-mqtt / mosquitto)
+# follow. Output: JSON lines as bench/bench.h's bench_emit writes them; progress on stderr.
+#
+# mosquitto runs with its defaults (as Debian ships it) except: no persistence, max_connections
+# -1 (unlimited), and no logging (it would log every connection of the storm). Its default
+# keeps Nagle's algorithm on, which batches its small writes (less CPU per message, a little
+# throughput lost where a QoS 0 subscriber never answers and delayed ACKs hold the writes);
+# MOSQUITTO_NODELAY=1 runs it with set_tcp_nodelay true instead.
+# weft-mqtt runs as `weft-mqtt -p PORT` (its defaults). Where build/bin/weft-mqtt (beside this
+# script's build directory) is missing, only mosquitto is measured, and stderr says so.
+set -u
+here=$(cd "$(dirname "$0")/.." && pwd) # the build directory
+load=$here/bin/weft-mqtt-load
+weft=$here/bin/weft-mqtt
+RUNS=${RUNS:-3}
+tmp=$(mktemp -d)
+broker_pid=
+
+cleanup() {
+	stop_broker
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+emit() { # name unit value params
+	printf '{"bench":"mqtt","name":"%s","unit":"%s","value":%s,"params":"%s"}\n' "$1" "$2" "$3" "$4"
+}
+
+# A port below the ephemeral range, where the clients' TIME_WAIT sockets cannot be in the way.
+free_port() {
+	local p
+	for _ in $(seq 100); do
+		p=$((10000 + RANDOM % 20000))
+		ss -Htln "sport = :$p" 2>/dev/null | grep -q . || { echo $p; return; }
+	done
+	echo 18883
+}
+
+# Start broker $1 (mosquitto or weft-mqtt) on a free port; sets port and broker_pid.
+start_broker() {
+	port=$(free_port)
+	if [ "$1" = mosquitto ]; then
+		cat > "$tmp/mosquitto.conf" <<-EOF
+		listener $port 127.0.0.1
+		allow_anonymous true
+		persistence false
+		max_connections -1
+		log_dest none
+		EOF
+		[ "${MOSQUITTO_NODELAY:-0}" = 1 ] && echo "set_tcp_nodelay true" >> "$tmp/mosquitto.conf"
+		(ulimit -n "$(ulimit -Hn)"; exec mosquitto -c "$tmp/mosquitto.conf") 2>"$tmp/broker.log" &
+	else
+		(ulimit -n "$(ulimit -Hn)"; exec "$weft" -p "$port") 2>"$tmp/broker.log" &
+	fi
+	broker_pid=$!
+	for _ in $(seq 100); do
+		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+			return 0
+		fi
+		kill -0 "$broker_pid" 2>/dev/null || break
+		sleep 0.05
+	done
+	echo "bench/mqtt: $1 did not start on port $port:" >&2
+	sed 's/^/    /' "$tmp/broker.log" >&2
+	broker_pid=
+	return 1
+}
+
+stop_broker() {
+	[ -n "$broker_pid" ] || return 0
+	kill -TERM "$broker_pid" 2>/dev/null
+	for _ in $(seq 50); do
+		kill -0 "$broker_pid" 2>/dev/null || break
+		sleep 0.05
+	done
+	kill -KILL "$broker_pid" 2>/dev/null
+	wait "$broker_pid" 2>/dev/null
+	broker_pid=
+}
+
+# field KEY < line: the value of KEY=value in the load generator's output line
+field() { tr ' ' '\n' | sed -n "s/^$1=//p"; }
+
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "null" }'; }
+
+# Run one traffic scenario $RUNS times against the running broker; record medians in
+# $tmp/<broker>.<scenario>.<metric>.
+traffic() { # broker scenario args...
+	local who=$1 sc=$2 out=$tmp/$1.$2.runs
+	shift 2
+	: > "$out"
+	echo "  $who $sc: $*" >&2
+	for _ in $(seq "$RUNS"); do
+		if ! "$load" -p "$port" -b "$broker_pid" "$@" >> "$out"; then
+			echo "  $who $sc: the load generator reported a failure (above)" >&2
+		fi
+	done
+	for m in recv_rate cpu_us_per_msg p50_us p99_us p999_us; do
+		field "$m" < "$out" | grep -v -e nan -e inf | median > "$tmp/$who.$sc.$m"
+	done
+	# Losses and duplicates over all runs (QoS 0 may lose; QoS 1 must not).
+	awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == "lost") l += kv[2];
+		if (kv[1] == "dup") d += kv[2]; if (kv[1] == "sent") s += kv[2] } }
+		END { printf "lost=%d dup=%d sent=%d\n", l, d, s }' "$out" > "$tmp/$who.$sc.loss"
+}
+
+report_traffic() { # broker scenario description
+	local who=$1 sc=$2 what=$3 f=$tmp/$1.$2
+	[ -s "$f.recv_rate" ] || return 0
+	local loss
+	loss=$(cat "$f.loss")
+	emit "$who $sc" "msgs/s" "$(cat "$f.recv_rate")" "delivered; $what; $loss; median of $RUNS"
+	emit "$who $sc cpu" "us/msg" "$(cat "$f.cpu_us_per_msg")" "broker CPU per delivered msg; $what"
+	emit "$who $sc p50" "us" "$(cat "$f.p50_us")" "latency; $what"
+	emit "$who $sc p99" "us" "$(cat "$f.p99_us")" "latency; $what"
+	emit "$who $sc p99.9" "us" "$(cat "$f.p999_us")" "latency; $what"
+}
+
+ratio() { # name unit a b params: a/b
+	local a b
+	a=$(cat "$3" 2>/dev/null) b=$(cat "$4" 2>/dev/null)
+	[ -n "$a" ] && [ -n "$b" ] && [ "$a" != null ] && [ "$b" != null ] || return 0
+	emit "$1" "$2" "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.4g", b ? a / b : 0 }')" "$5"
+}
+
+SCENARIOS="fanin pairs-q0 pairs-q1 fanout rate"
+declare -A ARGS=(
+	[fanin]="-t fanin -P 100 -S 1 -q 0 -w 10 -d 2"
+	[pairs-q0]="-t pairs -P 50 -q 0 -w 20 -d 2"
+	[pairs-q1]="-t pairs -P 50 -q 1 -w 20 -d 2"
+	[fanout]="-t fanout -S 100 -q 0 -w 20 -d 2"
+	[rate]="-t pairs -P 50 -q 1 -r 10000 -d 3"
+)
+declare -A WHAT=(
+	[fanin]="100 publishers to 1 subscriber QoS 0"
+	[pairs-q0]="50 pairs QoS 0"
+	[pairs-q1]="50 pairs QoS 1"
+	[fanout]="1 publisher to 100 subscribers QoS 0"
+	[rate]="50 pairs QoS 1 at 10000 msgs/s"
+)
+
+measure() { # broker
+	local who=$1
+	start_broker "$who" || return 1
+	for sc in $SCENARIOS; do
+		# shellcheck disable=SC2086
+		traffic "$who" "$sc" ${ARGS[$sc]}
+	done
+	echo "  $who storm" >&2
+	for mode in seq par; do
+		: > "$tmp/$who.storm-$mode.runs"
+		for _ in $(seq "$RUNS"); do
+			"$load" -p "$port" -b "$broker_pid" -C $mode -W 4 -d 1 >> "$tmp/$who.storm-$mode.runs"
+		done
+		field conn_rate < "$tmp/$who.storm-$mode.runs" | median > "$tmp/$who.storm-$mode.rate"
+		field cpu_us_per_conn < "$tmp/$who.storm-$mode.runs" | grep -v nan | median \
+			> "$tmp/$who.storm-$mode.cpu"
+	done
+	stop_broker
+	# A fresh broker, so that the RSS counts the connections and not the heap left by the
+	# traffic above.
+	echo "  $who idle" >&2
+	start_broker "$who" || return 1
+	"$load" -p "$port" -b "$broker_pid" -I 10000 -d 1 > "$tmp/$who.idle.out" ||
+		echo "  $who idle: the load generator reported a failure (above)" >&2
+	field rss_per_conn_bytes < "$tmp/$who.idle.out" > "$tmp/$who.idle.bytes"
+	stop_broker
+}
+
+report() { # broker
+	local who=$1
+	for sc in $SCENARIOS; do
+		report_traffic "$who" "$sc" "${WHAT[$sc]}"
+	done
+	for mode in seq par; do
+		[ -s "$tmp/$who.storm-$mode.rate" ] || continue
+		emit "$who storm $mode" "conn/s" "$(cat "$tmp/$who.storm-$mode.rate")" \
+			"connect+CONNACK+DISCONNECT, $([ $mode = seq ] && echo 1 thread || echo 4 threads); broker CPU $(cat "$tmp/$who.storm-$mode.cpu") us/conn; median of $RUNS"
+	done
+	[ -s "$tmp/$who.idle.bytes" ] &&
+		emit "$who idle rss" "bytes/conn" "$(cat "$tmp/$who.idle.bytes")" \
+			"broker VmRSS growth / 10000 idle connections"
+}
+
+if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then
+	echo "bench/mqtt: mosquitto is not installed (Debian: mosquitto): nothing measured" >&2
+	exit 0
+fi
+PATH=$PATH:/usr/sbin
+brokers=mosquitto
+if [ -x "$weft" ]; then
+	brokers="weft-mqtt mosquitto"
+else
+	echo "bench/mqtt: $weft is not built: measuring mosquitto only" >&2
+fi
+echo "bench/mqtt: $brokers, $RUNS runs of each scenario" >&2
+for who in $brokers; do
+	measure "$who" || echo "bench/mqtt: $who could not be measured" >&2
+done
+for who in $brokers; do
+	report "$who"
+done
+if [ -x "$weft" ]; then
+	for sc in $SCENARIOS; do
+		w=$tmp/weft-mqtt.$sc m=$tmp/mosquitto.$sc
+		ratio "weft/mosquitto $sc" "x" "$w.recv_rate" "$m.recv_rate" "delivered msgs/s ratio; target >= 1"
+		ratio "weft/mosquitto $sc cpu" "x" "$w.cpu_us_per_msg" "$m.cpu_us_per_msg" \
+			"CPU per delivered msg ratio; target <= 0.5"
+		ratio "weft/mosquitto $sc p99" "x" "$w.p99_us" "$m.p99_us" "p99 latency ratio"
+	done
+	for mode in seq par; do
+		ratio "weft/mosquitto storm $mode" "x" "$tmp/weft-mqtt.storm-$mode.rate" \
+			"$tmp/mosquitto.storm-$mode.rate" "connections/s ratio"
+	done
+	ratio "weft/mosquitto idle rss" "x" "$tmp/weft-mqtt.idle.bytes" "$tmp/mosquitto.idle.bytes" \
+		"RSS per idle connection ratio; target <= 8 KiB each"
+fi
+exit 0
