@@ -40,11 +40,13 @@ $(B)/bin/dwarves-detached: examples/dwarves/dwarves.c $(B)/gen/dwarves-detached/
 $(B)/tests/flux: tests/flux.c $(FLUX_SRC) $(FLUX_HDRS) tests/test.c tests/test.h $(B)/libweft.a | $(B)/tests
 	$(CC) $(CFLAGS) -Itests -Itools/weft-flux $(LDFLAGS) -o $@ tests/flux.c $(FLUX_SRC) tests/test.c $(B)/libweft.a $(LDLIBS)
 
-$(B)/gen/flowtest/flowtest_flow.c $(B)/gen/flowtest/flowtest_flow.h: tests/flux/flowtest.flux $(FLUXC)
+FLOW_TEST_FLUX := $(wildcard tests/flux/rt_*.flux)
+FLOW_TEST_GEN  := $(FLOW_TEST_FLUX:tests/flux/%.flux=$(B)/gen/tests/%_flow.c)
+$(B)/gen/tests/%_flow.c $(B)/gen/tests/%_flow.h: tests/flux/%.flux $(FLUXC)
 	@mkdir -p $(@D)
 	$(FLUXC) -o $(@D) $<
-$(B)/tests/flow: tests/flow.c $(B)/gen/flowtest/flowtest_flow.c $(B)/gen/flowtest/flowtest_flow.h tests/test.c tests/test.h $(B)/libweft.a | $(B)/tests
-	$(CC) $(CFLAGS) -Itests -I$(B)/gen/flowtest $(LDFLAGS) -o $@ tests/flow.c $(B)/gen/flowtest/flowtest_flow.c tests/test.c $(B)/libweft.a $(LDLIBS)
+$(B)/tests/flow: tests/flow.c $(FLOW_TEST_GEN) $(FLOW_TEST_GEN:.c=.h) tests/test.c tests/test.h $(B)/libweft.a | $(B)/tests
+	$(CC) $(CFLAGS) -Itests -I$(B)/gen/tests $(LDFLAGS) -o $@ tests/flow.c $(FLOW_TEST_GEN) tests/test.c $(B)/libweft.a $(LDLIBS)
 
 # ---- benchmarks
 $(B)/gen/flowchain/flowchain_flow.c $(B)/gen/flowchain/flowchain_flow.h: bench/flow/flowchain.flux $(FLUXC)

@@ -1,0 +1,428 @@
+/*
+ * Tests of the flow run-time (src/flow.c) on the flows in tests/flux/rt_*.flux: routing by
+ * conditions, fan-out, error handlers, splay and abstract sequences, every guard kind under
+ * concurrency, the global guard order, stop versus kill with events in flight, and detached
+ * nodes that block without slowing the others.
+ */
+#define _GNU_SOURCE
+#include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rt_detached_flow.h"
+#include "rt_guards_flow.h"
+#include "rt_route_flow.h"
+#include "rt_splay_flow.h"
+#include "rt_stop_flow.h"
+#include "test.h"
+
+static void nap(int64_t ns)
+{
+	weft_sleep_until(weft_now() + ns);
+}
+
+/* ---- routing ----------------------------------------------------------------------------- */
+
+#define RN 200
+static int rgen_next;
+static atomic_int seen_even[RN], seen_small[RN], seen_o1[RN], seen_o2[RN], seen_err[RN];
+
+bool isEven(int n)
+{
+	return n % 2 == 0;
+}
+
+bool isSmall(int n)
+{
+	return n < 50;
+}
+
+int RGen(const RGen_in *in, RGen_out *out, RGen_atoms *a)
+{
+	(void)in, (void)a;
+	if (rgen_next == RN) {
+		weft_flow_stop(&rt_route_flow);
+		weft_flow_drop(out);
+		return 0;
+	}
+	out->n = rgen_next++;
+	out->tag = 7;
+	return 0;
+}
+
+int Even(const Even_in *in, Even_out *out, Even_atoms *a)
+{
+	(void)out, (void)a;
+	atomic_fetch_add(&seen_even[in->n], 1);
+	return in->n % 10 == 0 ? 42 : 0; /* errors go to EvenErr */
+}
+
+int SmallOdd(const SmallOdd_in *in, SmallOdd_out *out, SmallOdd_atoms *a)
+{
+	(void)out, (void)a;
+	atomic_fetch_add(&seen_small[in->n], 1);
+	return 0;
+}
+
+int Odd1(const Odd1_in *in, Odd1_out *out, Odd1_atoms *a)
+{
+	(void)out, (void)a;
+	atomic_fetch_add(&seen_o1[in->n], 1);
+	return 0;
+}
+
+int Odd2(const Odd2_in *in, Odd2_out *out, Odd2_atoms *a)
+{
+	(void)out, (void)a;
+	atomic_fetch_add(&seen_o2[in->n], 1);
+	return 0;
+}
+
+int EvenErr(const EvenErr_in *in, EvenErr_out *out, EvenErr_atoms *a)
+{
+	(void)out, (void)a;
+	if (in->err == 42 && in->tag == 7)
+		atomic_fetch_add(&seen_err[in->n], 1);
+	return 0;
+}
+
+TEST(routing_conditions_fanout_errors)
+{
+	CHECK_EQ(weft_flow_run(&rt_route_flow, 0, NULL), 0);
+	for (int n = 0; n < RN; n++) {
+		bool even = n % 2 == 0, small = n < 50;
+		CHECK_EQ(seen_even[n], even);                    /* first rule wins */
+		CHECK_EQ(seen_small[n], !even && small);         /* second: [isSmall, *] */
+		CHECK_EQ(seen_o1[n], !even && !small);           /* third: fan-out to both */
+		CHECK_EQ(seen_o2[n], !even && !small);
+		CHECK_EQ(seen_err[n], even && n % 10 == 0);      /* handler got input + err */
+	}
+	weft_flow_stats s[16];
+	int k = weft_flow_stats_get(&rt_route_flow, s, 16);
+	CHECK(k > 0);
+	for (int i = 0; i < k; i++) {
+		if (!strcmp(s[i].name, "Even")) {
+			CHECK_EQ(s[i].events, RN / 2);
+			CHECK_EQ(s[i].errors, RN / 10);
+		}
+		if (!strcmp(s[i].name, "RGen"))
+			CHECK_EQ(s[i].events, RN + 1);
+	}
+}
+
+/* ---- splay, initial, abstract sequence, end without sources -------------------------------- */
+
+static atomic_int collected[100], collect_sum;
+
+int Start(const Start_in *in, Start_out *out, Start_atoms *a)
+{
+	(void)in, (void)a;
+	for (int i = 0; i < 99; i++) {
+		out->i = i;
+		CHECK_EQ(weft_flow_emit(out), 0);
+	}
+	out->i = 99; /* the last one goes out on return */
+	return 0;
+}
+
+int Double(const Double_in *in, Double_out *out, Double_atoms *a)
+{
+	(void)a;
+	out->i = in->i * 2;
+	return 0;
+}
+
+int Collect(const Collect_in *in, Collect_out *out, Collect_atoms *a)
+{
+	(void)out, (void)a;
+	CHECK(in->i % 2 == 0 && in->i < 200);
+	atomic_fetch_add(&collected[in->i / 2], 1);
+	atomic_fetch_add(&collect_sum, in->i);
+	return 0;
+}
+
+TEST(splay_initial_sequence)
+{
+	CHECK_EQ(weft_flow_run(&rt_splay_flow, 0, NULL), 0); /* returns once no event is left */
+	for (int i = 0; i < 100; i++)
+		CHECK_EQ(collected[i], 1);
+	CHECK_EQ(collect_sum, 99 * 100);
+}
+
+/* ---- guards ------------------------------------------------------------------------------ */
+
+#define GN (SLOW ? 300 : 1000)
+#define KEYS 4
+#define POOL 3
+static int ggen_next;
+static int cells[KEYS], tables[KEYS], conns[POOL], cfg;
+static atomic_int cell_holders[KEYS], readers[KEYS], writers[KEYS], conn_used[POOL];
+static atomic_int max_readers, pool_max, pool_now, violations, ran;
+
+int GGen(const GGen_in *in, GGen_out *out, GGen_atoms *a)
+{
+	(void)in, (void)a;
+	if (ggen_next == GN) {
+		weft_flow_stop(&rt_guards_flow);
+		weft_flow_drop(out);
+		return 0;
+	}
+	out->k = ggen_next++ % KEYS;
+	return 0;
+}
+
+static void hold_cell(int k, int **cell)
+{
+	if (*cell != &cells[k] || atomic_fetch_add(&cell_holders[k], 1) != 0)
+		atomic_fetch_add(&violations, 1);
+	nap(20000);
+	atomic_fetch_sub(&cell_holders[k], 1);
+}
+
+static void hold_write(int k, int **t)
+{
+	if (*t != &tables[k] || atomic_fetch_add(&writers[k], 1) != 0 || atomic_load(&readers[k]))
+		atomic_fetch_add(&violations, 1);
+	nap(20000);
+	atomic_fetch_sub(&writers[k], 1);
+}
+
+int Ex(const Ex_in *in, Ex_out *out, Ex_atoms *a)
+{
+	(void)out;
+	hold_cell(in->k, a->cell);
+	atomic_fetch_add(&ran, 1);
+	return 0;
+}
+
+int Rd(const Rd_in *in, Rd_out *out, Rd_atoms *a)
+{
+	(void)out;
+	int k = in->k;
+	if (*a->t != &tables[k] || atomic_load(&writers[k]))
+		atomic_fetch_add(&violations, 1);
+	int r = atomic_fetch_add(&readers[k], 1) + 1;
+	for (int m = atomic_load(&max_readers); r > m;)
+		if (atomic_compare_exchange_weak(&max_readers, &m, r))
+			break;
+	nap(50000);
+	atomic_fetch_sub(&readers[k], 1);
+	atomic_fetch_add(&ran, 1);
+	return 0;
+}
+
+int Wr(const Wr_in *in, Wr_out *out, Wr_atoms *a)
+{
+	(void)out;
+	hold_write(in->k, a->t);
+	atomic_fetch_add(&ran, 1);
+	return 0;
+}
+
+int Pl(const Pl_in *in, Pl_out *out, Pl_atoms *a)
+{
+	(void)in, (void)out;
+	int *c = *a->c;
+	if (c < conns || c >= conns + POOL || *a->cfg != &cfg)
+		atomic_fetch_add(&violations, 1);
+	else if (atomic_fetch_add(&conn_used[c - conns], 1) != 0)
+		atomic_fetch_add(&violations, 1); /* one item, two holders */
+	int now = atomic_fetch_add(&pool_now, 1) + 1;
+	for (int m = atomic_load(&pool_max); now > m;)
+		if (atomic_compare_exchange_weak(&pool_max, &m, now))
+			break;
+	nap(30000);
+	atomic_fetch_sub(&pool_now, 1);
+	if (c >= conns && c < conns + POOL)
+		atomic_fetch_sub(&conn_used[c - conns], 1);
+	atomic_fetch_add(&ran, 1);
+	return 0;
+}
+
+int CellFirst(const CellFirst_in *in, CellFirst_out *out, CellFirst_atoms *a)
+{
+	(void)out;
+	hold_cell(in->k, a->c);
+	hold_write(in->k, a->t);
+	atomic_fetch_add(&ran, 1);
+	return 0;
+}
+
+int TableFirst(const TableFirst_in *in, TableFirst_out *out, TableFirst_atoms *a)
+{
+	(void)out;
+	hold_write(in->k, a->t);
+	hold_cell(in->k, a->c);
+	atomic_fetch_add(&ran, 1);
+	return 0;
+}
+
+static void guard_setup(void)
+{
+	for (int k = 0; k < KEYS; k++) {
+		CHECK_EQ(Cell_set(k, &cells[k]), 0);
+		CHECK_EQ(Table_set(k, &tables[k]), 0);
+	}
+	for (int i = 0; i < POOL; i++)
+		CHECK_EQ(Conn_add(&conns[i]), 0);
+	CHECK_EQ(Cfg_set(&cfg), 0);
+}
+
+TEST(guards_exclusive_readwrite_pool_free)
+{
+	guard_setup();
+	CHECK_EQ(weft_flow_run(&rt_guards_flow, 0, NULL), 0);
+	CHECK_EQ(violations, 0);
+	CHECK_EQ(ran, 6 * GN); /* and no deadlock between CellFirst and TableFirst */
+	CHECK(max_readers > 1); /* readers shared */
+	CHECK(pool_max <= POOL);
+	CHECK_EQ(pool_max, POOL);
+}
+
+/* `precedence Table < Cell`: both nodes take Table first, whatever their input order says. */
+TEST(guards_global_order)
+{
+	const weft_flow *f = &rt_guards_flow;
+	int found = 0;
+	for (int i = 0; i < f->nnodes; i++) {
+		const weft_flow_node *n = &f->nodes[i];
+		if (strcmp(n->name, "CellFirst") && strcmp(n->name, "TableFirst"))
+			continue;
+		CHECK_EQ(n->nuses, 2);
+		CHECK(!strcmp(f->guards[n->uses[0].guard].name, "Table"));
+		CHECK(!strcmp(f->guards[n->uses[1].guard].name, "Cell"));
+		found++;
+	}
+	CHECK_EQ(found, 2);
+}
+
+/* ---- stop and kill ----------------------------------------------------------------------- */
+
+#define SN 40
+static int sgen_next;
+static atomic_int slow_started, slow_done, one_holders, one_bad;
+static int one_value;
+
+int SGen(const SGen_in *in, SGen_out *out, SGen_atoms *a)
+{
+	(void)in, (void)a;
+	if (sgen_next == SN) { /* then idle until stopped */
+		weft_flow_drop(out);
+		nap(1000000);
+		return 0;
+	}
+	out->i = sgen_next++;
+	return 0;
+}
+
+int Slow(const Slow_in *in, Slow_out *out, Slow_atoms *a)
+{
+	(void)in, (void)out;
+	if (*a->one != &one_value || atomic_fetch_add(&one_holders, 1))
+		atomic_fetch_add(&one_bad, 1);
+	atomic_fetch_add(&slow_started, 1);
+	nap(2000000);
+	atomic_fetch_sub(&one_holders, 1);
+	atomic_fetch_add(&slow_done, 1);
+	return 0;
+}
+
+static atomic_int stop_kind;
+
+static void stop_later(void *arg)
+{
+	(void)arg;
+	while (atomic_load(&slow_started) < 3)
+		nap(1000000);
+	if (atomic_load(&stop_kind))
+		weft_flow_kill(&rt_stop_flow);
+	else
+		weft_flow_stop(&rt_stop_flow);
+}
+
+static int stop_main(void *arg)
+{
+	(void)arg;
+	CHECK_EQ(One_set(&one_value), 0);
+	CHECK(weft_spawn_opt(stop_later, NULL, &(weft_spawn_opts){ .detached = 1 }));
+	int64_t t = weft_now();
+	CHECK_EQ(weft_flow_run(&rt_stop_flow, 0, NULL), 0);
+	return (int)((weft_now() - t) / 1000000); /* ms */
+}
+
+TEST(stop_drains_events_in_flight)
+{
+	atomic_store(&stop_kind, 0);
+	int ms = weft_run(stop_main, NULL);
+	CHECK_EQ(one_bad, 0);
+	CHECK_EQ(slow_started, SN); /* every emitted event ran, one at a time */
+	CHECK_EQ(slow_done, SN);
+	CHECK(ms >= 2 * SN);
+}
+
+TEST(kill_drops_events_not_started)
+{
+	atomic_store(&stop_kind, 1);
+	int ms = weft_run(stop_main, NULL);
+	CHECK_EQ(one_bad, 0);
+	CHECK(slow_started >= 3);
+	CHECK(slow_started < SN);             /* the queued ones were dropped */
+	CHECK_EQ(slow_done, slow_started);    /* the running one finished its call */
+	CHECK(ms < 2 * SN);
+}
+
+/* ---- detached ---------------------------------------------------------------------------- */
+
+#define DN 200
+static int dgen_next;
+static atomic_int quick_done, block_done;
+static atomic_llong quick_last;
+
+bool isFourth(int i)
+{
+	return i < 4 * 40 && i % 40 == 0; /* 4 blocking events, early */
+}
+
+int DGen(const DGen_in *in, DGen_out *out, DGen_atoms *a)
+{
+	(void)in, (void)a;
+	if (dgen_next == DN) {
+		weft_flow_stop(&rt_detached_flow);
+		weft_flow_drop(out);
+		return 0;
+	}
+	out->i = dgen_next++;
+	nap(500000); /* 0.5 ms between events: 100 ms in all */
+	return 0;
+}
+
+int Block(const Block_in *in, Block_out *out, Block_atoms *a)
+{
+	(void)in, (void)out, (void)a;
+	CHECK(weft_self() == NULL); /* on a pool thread, not a worker */
+	usleep(100000);             /* blocks this thread, and only it */
+	atomic_fetch_add(&block_done, 1);
+	return 0;
+}
+
+int Quick(const Quick_in *in, Quick_out *out, Quick_atoms *a)
+{
+	(void)in, (void)out, (void)a;
+	atomic_fetch_add(&quick_done, 1);
+	atomic_store(&quick_last, weft_now());
+	return 0;
+}
+
+TEST(detached_blocking_does_not_slow_others)
+{
+	setenv("WEFT_WORKERS", "1", 1); /* one worker: a block on it would stall everything */
+	int64_t t = weft_now();
+	CHECK_EQ(weft_flow_run(&rt_detached_flow, 0, NULL), 0);
+	CHECK_EQ(block_done, 4);
+	CHECK_EQ(quick_done, DN - 4);
+	/* the quick events kept pace with the source (about 100 ms in all) while four 100 ms
+	 * blocks ran: had the blocks held the worker, the last would be 400 ms late */
+	int64_t quick_ms = (quick_last - t) / 1000000;
+	fprintf(stderr, "quick events done after %lld ms\n", (long long)quick_ms);
+	CHECK(quick_ms < (SLOW ? 350 : 250));
+}
