@@ -41,6 +41,12 @@ static const char *decl(const char *type, const char *name)
 	return xprintf("%s%s%s", type, type[n - 1] == '*' ? "" : " ", name);
 }
 
+/* The type "pointer to type": "int *" -> "int **", "int" -> "int *". */
+static const char *ptr_to(const char *type)
+{
+	return xprintf("%s%s*", type, type[strlen(type) - 1] == '*' ? "" : " ");
+}
+
 static void gen_record(const char *node, const char *suffix, const struct params *ps,
 		       bool fields)
 {
@@ -61,10 +67,12 @@ static void gen_record(const char *node, const char *suffix, const struct params
 static void gen_atoms(const struct program *p, const struct node *nd)
 {
 	put("typedef struct %s_atoms {\n", nd->name);
-	for (int k = 0; k < nd->nuses; k++) {
-		const struct param *u = &nd->in.v[nd->uses[k]];
+	for (int k = 0; k < nd->in.n; k++) { /* in declaration order */
+		const struct param *u = &nd->in.v[k];
+		if (!u->guard)
+			continue;
 		const struct guard *g = &p->guards[u->guard_index];
-		put("\t%s; /* guard %s%s */\n", decl(xprintf("%s *", g->value_type), u->name),
+		put("\t%s; /* guard %s%s */\n", decl(ptr_to(g->value_type), u->name),
 		    g->name, u->mode == M_READ ? "/read" : u->mode == M_WRITE ? "/write" : "");
 	}
 	if (!nd->nuses)
@@ -164,18 +172,17 @@ static void gen_node_code(const struct program *p, const struct node *nd)
 	if (!nd->abstract) {
 		put("static int %s_call(const void *in, void *out, void **atoms)\n{\n", n);
 		if (nd->nuses) {
-			put("\t%s_atoms a = {", n);
+			put("\t%s_atoms a = {\n", n);
 			int na = 0;
 			for (int k = 0; k < nd->in.n; k++) {
 				const struct param *u = &nd->in.v[k];
 				if (!u->guard)
 					continue;
 				const struct guard *g = &p->guards[u->guard_index];
-				put("%s .%s = (%s *)atoms[%d]", na ? "," : "", u->name, g->value_type,
-				    na);
+				put("\t\t.%s = (%s)atoms[%d],\n", u->name, ptr_to(g->value_type), na);
 				na++;
 			}
-			put(" };\n");
+			put("\t};\n");
 		} else {
 			put("\t%s_atoms a = { 0 };\n\t(void)atoms;\n", n);
 		}

@@ -1,0 +1,248 @@
+/*
+ * Tests of weft-flux, the .flux compiler, run in-process (its passes are linked into this
+ * binary; each compile runs in a forked child, so that a crash is caught as a failure):
+ *   - golden outputs: tests/flux/features.flux (every language feature) must compile to
+ *     exactly tests/flux/features_flow.[ch].golden;
+ *   - bad input: each tests/flux/bad/NAME.flux starts with `// expect: LINE:COL: message`
+ *     and must fail with exit 1 and `FILE:LINE:COL: error: message` on stderr;
+ *   - robustness: every prefix of features.flux, and garbage, compiles or fails cleanly.
+ * Set FLUX_UPDATE_GOLDEN=1 to rewrite the golden files (then review the diff).
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "flux.h"
+#include "test.h"
+
+static char dir[1024]; /* tests/flux */
+
+static void find_dir(void)
+{
+	char a[1024];
+	snprintf(a, sizeof a, "%s", test_argv0);
+	snprintf(dir, sizeof dir, "%s/../../tests/flux", dirname(a));
+	if (access(dir, R_OK))
+		snprintf(dir, sizeof dir, "tests/flux");
+	CHECK(access(dir, R_OK) == 0);
+}
+
+/* Run the compiler with args in a child; its stderr goes to err. Returns the exit status,
+ * or -signal if it crashed. */
+static int compile(char **args, int nargs, char *err, size_t cap)
+{
+	int fds[2];
+	CHECK(pipe(fds) == 0);
+	fflush(stdout);
+	fflush(stderr);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		dup2(fds[1], 2);
+		close(fds[0]);
+		char *argv[16] = { "weft-flux" };
+		for (int i = 0; i < nargs && i < 14; i++)
+			argv[i + 1] = args[i];
+		int r = flux_main(nargs + 1, argv);
+		fflush(stderr);
+		_exit(r);
+	}
+	close(fds[1]);
+	size_t n = 0;
+	ssize_t r;
+	while ((r = read(fds[0], err + n, cap - 1 - n)) > 0 && n < cap - 1)
+		n += (size_t)r;
+	err[n] = 0;
+	close(fds[0]);
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+}
+
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	static char buf[1 << 18];
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	return strdup(buf);
+}
+
+static void same_as_golden(const char *out, const char *golden)
+{
+	char *a = slurp(out), *b = slurp(golden);
+	CHECK(a);
+	if (getenv("FLUX_UPDATE_GOLDEN")) {
+		FILE *f = fopen(golden, "w");
+		CHECK(f);
+		fputs(a, f);
+		fclose(f);
+		return;
+	}
+	CHECK(b);
+	if (strcmp(a, b)) {
+		fprintf(stderr, "%s differs from %s\n", out, golden);
+		char cmd[3000];
+		snprintf(cmd, sizeof cmd, "diff -u '%s' '%s' >&2", golden, out);
+		if (system(cmd)) {
+		}
+		CHECK(0);
+	}
+}
+
+TEST(golden_features)
+{
+	find_dir();
+	char tmp[] = "/tmp/weft-flux-XXXXXX";
+	CHECK(mkdtemp(tmp));
+	char src[1200], err[4096];
+	snprintf(src, sizeof src, "%s/features.flux", dir);
+	char *args[] = { "-o", tmp, src };
+	int r = compile(args, 3, err, sizeof err);
+	fputs(err, stderr);
+	CHECK_EQ(r, 0);
+	char out[1200], golden[1200];
+	const char *ext[] = { "h", "c" };
+	for (int i = 0; i < 2; i++) {
+		snprintf(out, sizeof out, "%s/features_flow.%s", tmp, ext[i]);
+		snprintf(golden, sizeof golden, "%s/features_flow.%s.golden", dir, ext[i]);
+		same_as_golden(out, golden);
+		unlink(out);
+	}
+	rmdir(tmp);
+}
+
+/* -n names the flow and its files; the default is the file's name, made an identifier. */
+TEST(flow_name_option)
+{
+	find_dir();
+	char tmp[] = "/tmp/weft-flux-XXXXXX";
+	CHECK(mkdtemp(tmp));
+	char src[1200], err[4096], path[1300];
+	snprintf(src, sizeof src, "%s/rt_splay.flux", dir);
+	char *args[] = { "-o", tmp, "-n", "my-flow", src };
+	CHECK_EQ(compile(args, 5, err, sizeof err), 0);
+	snprintf(path, sizeof path, "%s/my_flow_flow.c", tmp);
+	char *c = slurp(path);
+	CHECK(c && strstr(c, "weft_flow my_flow_flow = {"));
+	unlink(path);
+	snprintf(path, sizeof path, "%s/my_flow_flow.h", tmp);
+	CHECK(access(path, R_OK) == 0);
+	unlink(path);
+	char *bad[] = { "-x" };
+	CHECK_EQ(compile(bad, 1, err, sizeof err), 2); /* usage */
+	rmdir(tmp);
+}
+
+/* Compile tests/flux/bad/NAME.flux and check the error against its `// expect:` line. */
+static void bad(const char *name)
+{
+	find_dir();
+	char src[1200], err[4096], want[1500];
+	snprintf(src, sizeof src, "%s/bad/%s.flux", dir, name);
+	char *text = slurp(src);
+	CHECK(text && !strncmp(text, "// expect: ", 11));
+	char *nl = strchr(text, '\n');
+	CHECK(nl);
+	*nl = 0;
+	char *colon = strchr(text + 11, ':'); /* LINE:COL: message */
+	CHECK(colon);
+	colon = strchr(colon + 1, ':');
+	CHECK(colon);
+	*colon = 0;
+	snprintf(want, sizeof want, "%s:%s: error:%s", src, text + 11, colon + 1);
+	char tmp[] = "/tmp/weft-flux-XXXXXX";
+	CHECK(mkdtemp(tmp));
+	char *args[] = { "-o", tmp, src };
+	int r = compile(args, 3, err, sizeof err);
+	if (r != 1 || !strstr(err, want)) {
+		fprintf(stderr, "exit %d, stderr:\n%s\nwanted: %s\n", r, err, want);
+		CHECK(0);
+	}
+	/* nothing written on failure */
+	DIR *d = opendir(tmp);
+	CHECK(d);
+	int files = 0;
+	for (struct dirent *e; (e = readdir(d));)
+		files += e->d_name[0] != '.';
+	closedir(d);
+	CHECK_EQ(files, 0);
+	rmdir(tmp);
+}
+
+#define BAD(name) \
+	TEST(bad_##name) { bad(#name); }
+
+BAD(syntax_missing_semicolon)
+BAD(syntax_bad_char)
+BAD(unterminated_comment)
+BAD(undeclared_node)
+BAD(undeclared_in_rule)
+BAD(type_mismatch)
+BAD(arity_mismatch)
+BAD(precedence_cycle)
+BAD(guard_key_type)
+BAD(guard_key_count)
+BAD(undeclared_guard)
+BAD(readwrite_needs_mode)
+BAD(mode_on_exclusive)
+BAD(redefinition)
+BAD(source_with_input)
+BAD(rule_on_concrete)
+BAD(condition_type)
+BAD(undeclared_condition)
+BAD(handler_signature)
+BAD(placed_twice)
+BAD(abstract_cycle)
+BAD(guard_value_not_pointer)
+BAD(include_missing)
+BAD(mixed_operators)
+
+/* Every prefix of a valid file, and random bytes, give exit 0 or a clean error: no crash. */
+TEST(never_crashes)
+{
+	find_dir();
+	char src[1200], err[4096];
+	snprintf(src, sizeof src, "%s/features.flux", dir);
+	char *text = slurp(src);
+	CHECK(text);
+	char tmp[] = "/tmp/weft-flux-XXXXXX";
+	CHECK(mkdtemp(tmp));
+	char path[1300];
+	snprintf(path, sizeof path, "%s/cut.flux", tmp);
+	size_t len = strlen(text);
+	int step = getenv("RUNNER") && *getenv("RUNNER") ? 13 : (SLOW ? 5 : 1);
+	unsigned seed = 1;
+	for (size_t cut = 0; cut <= len + 200; cut += (size_t)step) {
+		FILE *f = fopen(path, "w");
+		CHECK(f);
+		if (cut <= len) {
+			fwrite(text, 1, cut, f);
+		} else { /* garbage: random printable bytes and punctuation of the language */
+			for (int i = 0; i < 300; i++) {
+				seed = seed * 1103515245 + 12345;
+				static const char alphabet[] = " \n()=>-;&:[]*</,abcGguard_node12\"#@";
+				fputc(alphabet[(seed >> 16) % (sizeof alphabet - 1)], f);
+			}
+		}
+		fclose(f);
+		char *args[] = { "-o", tmp, path };
+		int r = compile(args, 3, err, sizeof err);
+		if (r != 0 && (r != 1 || !strstr(err, ": error: "))) {
+			fprintf(stderr, "cut at %zu: exit %d: %s\n", cut, r, err);
+			CHECK(0);
+		}
+	}
+	char cmd[1400];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+	CHECK_EQ(system(cmd), 0);
+}

@@ -1,0 +1,5 @@
+// expect: 5:5: abstract node 'P' expands into itself
+node abstract P (int x) => ();
+node abstract Q (int x) => ();
+P = Q;
+Q = P;

@@ -1,0 +1,2 @@
+// expect: 2:1: cannot open
+include nothere.flux;

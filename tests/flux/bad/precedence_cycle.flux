@@ -1,0 +1,5 @@
+// expect: 5:17: precedence cycle: 'G1' would come before itself
+exclusive G1 (int k) => int *;
+exclusive G2 (int k) => int *;
+precedence G1 < G2;
+precedence G2 < G1;

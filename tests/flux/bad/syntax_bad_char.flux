@@ -1,0 +1,2 @@
+// expect: 2:10: unexpected character '@'
+node A ()@ => ();

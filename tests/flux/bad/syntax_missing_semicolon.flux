@@ -1,0 +1,3 @@
+// expect: 3:1: expected ';' before 'node'
+node A () => (int x)
+node B (int x) => ();

@@ -1,0 +1,3 @@
+// expect: 2:1: unterminated comment
+/* never closed
+node A () => ();

@@ -1,0 +1,2 @@
+/* included by features.flux */
+node Stats (uint64_t n) => ();
