@@ -1,0 +1,36 @@
+// run.mjs - lists and runs the end-to-end tests: `node run.mjs --list` prints their names,
+// `node run.mjs NAME` runs one (its own broker, its own clients) and exits 0 on success.
+// After the test body, the broker must still be running: no input may bring it down.
+import { tests, closeAll, stopBroker, brokerAlive, BROKER } from './lib.mjs';
+import './cli.mjs';
+import './core.mjs';
+import './v5.mjs';
+import './raw.mjs';
+
+const arg = process.argv[2];
+if (!arg || arg === '--list') {
+	console.log([...tests.keys()].join('\n'));
+	process.exit(0);
+}
+const fn = tests.get(arg);
+if (!fn) {
+	console.error(`no test ${arg}`);
+	process.exit(2);
+}
+const limit = setTimeout(() => {
+	console.error(`${arg}: timed out after 20 s`);
+	process.exit(1);
+}, 20000);
+let ok = false;
+try {
+	await fn();
+	if (!brokerAlive()) throw new Error(`the broker (${BROKER}) is not running at the end of the test`);
+	ok = true;
+} catch (e) {
+	console.error(`${arg} against ${BROKER}: ${e.stack || e}`);
+} finally {
+	await closeAll().catch(() => {});
+	await stopBroker().catch(() => {});
+	clearTimeout(limit);
+}
+process.exit(ok ? 0 : 1);
