@@ -53,6 +53,8 @@
 #define BUSY_POLL_NS 20000  /* a busy worker polls fds at most this often */
 #define STUCK_NS 10000000   /* a worker on one task this long with work queued is stuck;
 			     * above an OS time slice, so a preempted worker does not count */
+#define STALL_NS 10000     /* see steal() */
+#define CONTENDED_NS 2000000
 #define SPIN_NS 20000       /* an idle worker looks for work this long before sleeping */
 #define TIMER_SPIN_NS 20000 /* and wakes this long before a deadline, then spins up to it:
 			     * a futex timeout alone ends 20-60 us late on a virtual machine */
@@ -83,6 +85,7 @@ static struct {
 
 static atomic_bool running;
 _Atomic int64_t sched_coarse_now;
+_Atomic int64_t sched_contended_at;
 __thread struct worker *worker_tls __attribute__((tls_model("initial-exec")));
 
 #if !defined(__x86_64__)
@@ -168,7 +171,7 @@ static bool work_anywhere(void)
 	if (atomic_load(&S.gq_n))
 		return true;
 	for (int i = 0; i < S.n; i++)
-		if (runq_len(&S.w[i]->q) || atomic_load(&S.w[i]->next))
+		if (runq_len(&S.w[i]->q) || atomic_load(&S.w[i]->next) || atomic_load(&S.w[i]->inbox))
 			return true;
 	return false;
 }
@@ -212,7 +215,9 @@ static void wake_idle(void)
 
 static _Atomic int64_t foreign_wakes; /* tasks woken by plain threads */
 
-void sched_ready(weft_task *t)
+/* noinline: gcc refuses its fence under TSan once it is inlined (into sched_ready_on); the
+ * other callers are in other files anyway. */
+__attribute__((noinline)) void sched_ready(weft_task *t)
 {
 	task_set_state(t, TASK_RUNNABLE);
 	struct worker *w = worker_self();
@@ -229,6 +234,80 @@ void sched_ready(weft_task *t)
 		push_local(w, old);
 		wake_idle();
 	}
+}
+
+/* The inbox is a stack any worker pushes onto with a CAS and only its owner (or a stealer,
+ * when the owner is stuck) empties, with one exchange. */
+static bool inbox_push(struct worker *v, weft_task *t)
+{
+	weft_task *head = atomic_load_explicit(&v->inbox, memory_order_relaxed);
+	do
+		t->link = head;
+	while (!atomic_compare_exchange_weak_explicit(&v->inbox, &head, t, memory_order_seq_cst,
+						      memory_order_relaxed));
+	return head == NULL;
+}
+
+/* Move v's inbox into w's ring, oldest first. Returns how many. */
+static int inbox_drain(struct worker *w, struct worker *v)
+{
+	if (!atomic_load_explicit(&v->inbox, memory_order_relaxed))
+		return 0;
+	weft_task *t = atomic_exchange_explicit(&v->inbox, NULL, memory_order_acquire), *rev = NULL;
+	int n = 0;
+	while (t) {
+		weft_task *next = t->link;
+		t->link = rev;
+		rev = t;
+		t = next;
+	}
+	for (; rev; n++) {
+		weft_task *next = rev->link;
+		push_local(w, rev);
+		rev = next;
+	}
+	return n;
+}
+
+/* Take w off the idle list. Lock held. */
+static void idle_remove(struct worker *w)
+{
+	for (struct worker **p = &S.idle; *p; p = &(*p)->idle_link)
+		if (*p == w) {
+			*p = w->idle_link;
+			w->idle_link = NULL;
+			w->in_idle = false;
+			atomic_fetch_sub(&S.nidle, 1);
+			return;
+		}
+}
+
+/* v was given work while it may be asleep: wake it (it may be on the idle list). */
+static void wake_this(struct worker *v)
+{
+	pthread_mutex_lock(&S.idle_lock);
+	bool asleep = v->in_idle;
+	if (asleep)
+		idle_remove(v);
+	pthread_mutex_unlock(&S.idle_lock);
+	if (asleep)
+		wake_worker(v);
+}
+
+void sched_ready_on(weft_task *t, int home)
+{
+	struct worker *w = worker_self();
+	if (!w || w->id == home || home < 0 || home >= atomic_load(&S.n)) {
+		sched_ready(t);
+		return;
+	}
+	task_set_state(t, TASK_RUNNABLE);
+	counter_inc(&w->wakes);
+	struct worker *v = S.w[home];
+	inbox_push(v, t);
+	/* seq_cst push, then nidle: idle() counts itself in nidle before its last look */
+	if (atomic_load(&S.nidle))
+		wake_this(v);
 }
 
 void sched_ready_tail(weft_task *t)
@@ -354,6 +433,7 @@ static inline weft_task *pick(struct worker *w)
 			return NULL;
 		run_timers(w);
 		busy_poll();
+		inbox_drain(w, w);
 		if ((t = global_pop(w)))
 			return t;
 	}
@@ -448,10 +528,29 @@ static void steal_timers(struct worker *v)
 /* take_next: also take a victim's `next` slot, which is about to run there; only once we have
  * been looking for a few microseconds (Go waits 3 us too), or the hand-off to the waker's core
  * would be undone at once. */
+/* Has v been running one task for STALL_NS, as far as w has seen? */
+static bool stalled(struct worker *w, struct worker *v)
+{
+	struct peek *p = &w->peek[v->id];
+	uint32_t tick = atomic_load_explicit(&v->tick, memory_order_relaxed);
+	int64_t now = weft_now();
+	if (tick != p->tick || now - p->since > 4 * STALL_NS) {
+		p->tick = tick;
+		p->since = now;
+		return false;
+	}
+	return now - p->since >= STALL_NS;
+}
+
 static weft_task *steal(struct worker *w, bool take_next)
 {
 	weft_task *batch[RUNQ_SIZE / 2];
 	int n = atomic_load_explicit(&S.n, memory_order_acquire);
+	/* While tasks contend for a channel, a worker that keeps switching is serving its queue
+	 * fast and moving its tasks here would only make them fight across cores: take only from
+	 * one that has stopped switching. */
+	bool picky = atomic_load_explicit(&sched_coarse_now, memory_order_relaxed) -
+		     atomic_load_explicit(&sched_contended_at, memory_order_relaxed) <= CONTENDED_NS;
 	for (int round = 0; round < STEAL_ROUNDS; round++) {
 		int start = (int)(rnd(w) % (uint32_t)n);
 		for (int i = 0; i < n; i++) {
@@ -460,6 +559,10 @@ static weft_task *steal(struct worker *w, bool take_next)
 				continue;
 			if (round == 0)
 				steal_timers(v);
+			if (picky && !stalled(w, v))
+				continue;
+			if (inbox_drain(w, v))
+				return pick(w);
 			uint32_t got = runq_grab(&v->q, batch, RUNQ_SIZE / 2);
 			if (got) {
 				counter_inc(&w->steals);
@@ -490,7 +593,7 @@ static weft_task *find_work(struct worker *w, bool take_next)
 {
 	weft_task *t;
 	run_timers(w);
-	if ((t = pick(w)) || (t = global_pop(w)))
+	if ((t = pick(w)) || (inbox_drain(w, w) && (t = pick(w))) || (t = global_pop(w)))
 		return t;
 	if (!w->spinning) {
 		int busy = S.n - atomic_load(&S.nidle);
@@ -558,17 +661,6 @@ static void check_deadlock(void)
 	abort();
 }
 
-static void idle_remove(struct worker *w)
-{
-	for (struct worker **p = &S.idle; *p; p = &(*p)->idle_link)
-		if (*p == w) {
-			*p = w->idle_link;
-			w->idle_link = NULL;
-			w->in_idle = false;
-			atomic_fetch_sub(&S.nidle, 1);
-			return;
-		}
-}
 
 /* Nothing to do: sleep until woken or until w's earliest deadline. */
 static void idle(struct worker *w)
@@ -720,7 +812,8 @@ static void stop_all(void)
 
 static bool has_work(struct worker *w, int64_t now)
 {
-	return runq_len(&w->q) || atomic_load(&w->next) || atomic_load(&w->timers.first) <= now;
+	return runq_len(&w->q) || atomic_load(&w->next) || atomic_load(&w->inbox) ||
+	       atomic_load(&w->timers.first) <= now;
 }
 
 static void start_spare(void)
@@ -805,6 +898,7 @@ static void free_workers(void)
 			continue;
 		timer_heap_destroy(&S.w[i]->timers);
 		free(S.w[i]->altstack);
+		free(S.w[i]->peek);
 		free(S.w[i]);
 	}
 	free(S.w);
@@ -827,6 +921,9 @@ static int init_workers(int n)
 		S.w[i] = w;
 		w->id = i;
 		w->rng = 0x9e3779b9u * (uint32_t)(i + 1);
+		w->peek = calloc((size_t)S.cap, sizeof *w->peek);
+		if (!w->peek)
+			return -ENOMEM;
 		timer_heap_init(&w->timers);
 		w->altstack = malloc(64 * 1024);
 		if (!w->altstack)

@@ -18,6 +18,8 @@
 struct worker {
 	struct runq q;
 	weft_task *_Atomic next;      /* runs right after the current task: direct hand-off */
+	weft_task *_Atomic inbox;     /* tasks other workers woke onto this one (sched_ready_on),
+				       * linked by `link`, newest first; drained by the owner */
 	int id;
 	weft_task *cur;               /* running task; NULL while in the idle loop */
 	weft_task *prev;              /* the task just switched away from (finish_switch) */
@@ -46,6 +48,10 @@ struct worker {
 	uint32_t seen_tick;           /* the monitor's: tick when last looked at, and since when */
 	int64_t seen_since;
 	bool started;                 /* a spare worker runs only once the monitor starts it */
+	struct peek {                 /* a stealer's last look at each victim: see steal() */
+		uint32_t tick;
+		int64_t since;
+	} *peek;
 };
 
 /* The worker running the caller, or NULL on a plain thread. A task can resume on another
@@ -75,6 +81,9 @@ static inline void counter_inc(_Atomic int64_t *c)
 void sched_ready(weft_task *t);
 /* Same, at the tail of the local queue (spawn, timer expiry). */
 void sched_ready_tail(weft_task *t);
+/* Make t runnable on worker `home` (its inbox) rather than the caller's: see chan.c's wake().
+ * From `home` itself, or a plain thread, the same as sched_ready. */
+void sched_ready_on(weft_task *t, int home);
 /* Switch away from the current task, which has published itself somewhere a waker will find
  * it (see wait.h). Returns when it is made runnable again and scheduled. */
 void sched_park(void);
@@ -85,6 +94,17 @@ void sched_finish_switch(void);
 uint64_t sched_new_id(struct worker *w);
 /* weft_now() as of the monitor's last look (about a millisecond old): cheap timestamps. */
 extern _Atomic int64_t sched_coarse_now;
+
+/* A channel's lock was found taken by another worker (chan.c): tasks are contending for one
+ * object, and spreading them over cores makes them slower, not faster (see steal()). One
+ * store per coarse clock tick at most, so the line stays shared. */
+extern _Atomic int64_t sched_contended_at;
+static inline void sched_note_contention(void)
+{
+	int64_t now = atomic_load_explicit(&sched_coarse_now, memory_order_relaxed);
+	if (atomic_load_explicit(&sched_contended_at, memory_order_relaxed) != now)
+		atomic_store_explicit(&sched_contended_at, now, memory_order_relaxed);
+}
 /* Write a line per live task to fd (at most `max`; dump.c). Returns the number of tasks. */
 int dump_tasks(int fd, int max);
 /* weft_run's SIGQUIT handler (a dump), when the program has none. */

@@ -130,6 +130,18 @@ void wait_finish(struct wait *w, int result)
 		futex_wake(&w->state, 1);
 }
 
+void wait_finish_on(struct wait *w, int result, int home)
+{
+	weft_task *t = w->task;
+	if (!t) {
+		wait_finish(w, result);
+		return;
+	}
+	trace_wake(t, false);
+	atomic_store_explicit(&w->state, (uint32_t)result, memory_order_release);
+	sched_ready_on(t, home);
+}
+
 void wait_cancel(weft_task *t)
 {
 	uint32_t expect = WAIT_PARKED;

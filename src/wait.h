@@ -64,6 +64,9 @@ static inline bool wait_claim(struct wait *w)
  * -errno (positive values would read as PARKED or CLAIMED). */
 void wait_finish(struct wait *w, int result);
 
+/* wait_finish, but a task resumes on worker `home` (sched_ready_on). */
+void wait_finish_on(struct wait *w, int result, int home);
+
 /* Claim and finish in one go; false when somebody else claimed w first. */
 static inline bool wait_wake(struct wait *w, int result)
 {
