@@ -193,6 +193,8 @@ typedef struct mq_pub_enc {
 	uint32_t props_len;
 	const void *payload;
 	uint32_t payload_len;
+	const void *props2;       /* more properties, written after props */
+	uint32_t props2_len;
 } mq_pub_enc;
 
 size_t mq_enc_publish_len(const mq_pub_enc *e);

@@ -241,7 +241,8 @@ static uint32_t publish_rem(const mq_pub_enc *e)
 {
 	uint32_t rem = 2 + e->topic_len + (e->qos ? 2 : 0) + e->payload_len;
 	if (e->version == 5)
-		rem += (uint32_t)mq_varint_len(e->props_len) + e->props_len;
+		rem += (uint32_t)mq_varint_len(e->props_len + e->props2_len) + e->props_len +
+		       e->props2_len;
 	return rem;
 }
 
@@ -260,8 +261,9 @@ size_t mq_enc_publish(uint8_t *out, const mq_pub_enc *e)
 	if (e->qos)
 		w16(&w, e->packet_id);
 	if (e->version == 5) {
-		wvar(&w, e->props_len);
+		wvar(&w, e->props_len + e->props2_len);
 		wmem(&w, e->props, e->props_len);
+		wmem(&w, e->props2, e->props2_len);
 	}
 	wmem(&w, e->payload, e->payload_len);
 	return w.n;

@@ -1,0 +1,302 @@
+/*
+ * broker.h - the parts of weft-mqtt and how they meet (docs/weft-mqtt.md has the picture).
+ *
+ *   conn.c     one task per client connection: reads, decodes, runs the protocol
+ *   session.c  what outlives a connection: subscriptions' owner, outbound queue, inflight
+ *              QoS 1/2 messages, will; the session table; writing to the socket in batches
+ *   topic.c    the subscription and retained-message tree, matched without a global lock
+ *   epoch.c    epoch-based reclamation, which makes that lock-free matching safe
+ *   msg.c      reference-counted messages, decoded once and shared by every receiver
+ *   pool.c     per-worker free lists, so the publish path takes no allocator lock
+ *   stats.c    per-worker counters and the $SYS/broker/ topics
+ *   config.c   options and mosquitto-syntax configuration files
+ */
+#ifndef WEFT_MQTT_BROKER_H
+#define WEFT_MQTT_BROKER_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <weft.h>
+
+#include "codec.h"
+
+#define WEFT_MQTT_VERSION "weft-mqtt 0.1.0"
+
+/* ---- configuration (config.c) -------------------------------------------------------------- */
+
+#define MAX_LISTENERS 8
+
+typedef struct listener_conf {
+	int port;
+	char host[64];            /* "" : every address */
+} listener_conf;
+
+typedef struct broker_conf {
+	listener_conf listeners[MAX_LISTENERS];
+	int nlisteners;
+	long max_connections;         /* -1: no limit */
+	int max_inflight_messages;    /* outbound QoS 1/2 window per client (and receive maximum) */
+	int max_queued_messages;      /* QoS 1/2 messages queued beyond the window per client */
+	long message_size_limit;      /* payload bytes; 0: the protocol's limit */
+	int max_keepalive;            /* seconds; 0: none */
+	int allow_anonymous;          /* -1: only from loopback addresses (the default) */
+	int sys_interval;             /* seconds between $SYS updates; 0: off */
+	int verbose;
+	long qos0_queue_bytes;        /* per client: QoS 0 beyond this many unsent bytes is dropped */
+	char password_file[256], acl_file[256], persistence_location[256];
+	int persistence;
+} broker_conf;
+
+extern broker_conf conf;
+
+void conf_defaults(broker_conf *c);
+/* Parse a mosquitto-syntax file. 0, or -1 with a message "file:line: ..." on stderr. */
+int conf_load(broker_conf *c, const char *path);
+/* Parse the command line; returns 0 to run, 1 when --help/--version was handled, -1 on error. */
+int conf_args(broker_conf *c, int argc, char **argv);
+
+/* ---- per-worker allocation (pool.c) -------------------------------------------------------- */
+
+/* Memory of at least n bytes: small sizes come from the calling worker's free lists. The
+ * capacity actually given is pool_size(p). Never fails (aborts when memory is out). */
+void *pool_alloc(size_t n);
+void pool_free(void *p);
+size_t pool_size(const void *p);
+void pool_init(void);
+
+/* ---- messages (msg.c) ---------------------------------------------------------------------- */
+
+typedef struct msg {
+	atomic_uint refs;
+	uint8_t qos, retain;
+	uint16_t topic_len;
+	uint32_t props_len, payload_len;
+	int64_t expiry;            /* absolute (weft_now), 0: never */
+	char *topic;               /* NUL-terminated */
+	uint8_t *props;            /* 5.0 properties forwarded as they came (no alias/expiry) */
+	uint8_t *payload;
+	uint8_t data[];
+} msg;
+
+/* A message with refs 1. props is the PUBLISH's raw property block (filtered here). */
+msg *msg_new(const void *topic, uint16_t topic_len, const mq_bytes *props, const void *payload,
+	     uint32_t payload_len, int qos, int retain, uint32_t expiry_s);
+static inline msg *msg_ref(msg *m)
+{
+	atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
+	return m;
+}
+void msg_unref(msg *m);
+bool msg_expired(const msg *m, int64_t now);
+
+/* ---- epoch-based reclamation (epoch.c) ----------------------------------------------------- */
+
+typedef struct ebr_reader {
+	_Atomic uint64_t epoch;      /* 0: outside a read section */
+	struct ebr_reader *next, *prev;
+	int registered;
+} ebr_reader;
+
+void ebr_register(ebr_reader *r);
+void ebr_unregister(ebr_reader *r);
+void ebr_enter(ebr_reader *r);
+void ebr_leave(ebr_reader *r);
+/* Free p with fn once no read section that could have seen it is still open. */
+void ebr_retire(void *p, void (*fn)(void *));
+/* Free what can be freed now (the reaper calls it; so does shutdown with force). */
+void ebr_collect(int force);
+
+/* ---- sessions (session.c) ------------------------------------------------------------------ */
+
+struct conn;
+
+/* One message waiting for a client: queued, or inflight (sent, not yet acknowledged). */
+typedef struct dlv {
+	struct dlv *next;
+	msg *m;
+	uint16_t pid;
+	uint8_t qos, retain;
+	uint8_t state;             /* inflight: 0 sent PUBLISH, 1 got PUBREC and sent PUBREL */
+	uint8_t nsub;
+	uint32_t subid[4];
+} dlv;
+
+/* A subscription a session holds (to remove them all when it ends). */
+typedef struct subrec {
+	struct subrec *next;
+	uint16_t len;
+	char filter[];             /* the whole filter as subscribed, $share/... included */
+} subrec;
+
+typedef struct session {
+	weft_mutex lock;
+	weft_cond idle;            /* signalled when `writing` drops to 0 */
+	atomic_int refs;
+	struct session *hnext;     /* session table chain */
+	uint32_t hash;
+	uint16_t id_len;
+	char *client_id;
+	struct conn *conn;         /* the connection attached, or NULL */
+	bool dead;                 /* removed: deliveries to it are dropped */
+	bool writing;              /* a task is writing out[] (or its taken copy) */
+	bool will_pending;         /* a will waits for its delay */
+	atomic_int online;         /* a connection is attached (read without the lock) */
+	int64_t will_at;           /* when a pending will is due */
+	uint8_t version;
+	uint32_t expiry_interval;  /* seconds, UINT32_MAX never */
+	int64_t expire_at;         /* when offline with an expiry */
+	/* outbound */
+	uint8_t *out;              /* encoded packets not yet written */
+	uint32_t out_len, out_cap;
+	dlv *inflight, *inflight_tail;
+	uint32_t ninflight;
+	dlv *queue, *queue_tail;
+	uint32_t nqueued;
+	uint16_t next_pid;
+	uint16_t window;           /* outbound inflight limit */
+	uint32_t max_packet;       /* the client's maximum packet size */
+	/* inbound QoS 2 packet ids awaiting PUBREL */
+	uint16_t *rel_ids;
+	uint16_t nrel, rel_cap;
+	subrec *subs;
+	/* will */
+	msg *will;
+	uint32_t will_delay;
+	uint64_t will_gen;
+	/* batching marks: which publisher's dirty list holds this session */
+	void *dirty_owner;
+	uint64_t dirty_batch;
+} session;
+
+void sessions_init(void);
+/* Find or make the session for client_id and attach c to it (taking over from a connection
+ * still attached). *present says whether an old session was resumed. */
+session *session_attach(struct conn *c, const char *id, uint16_t id_len, bool clean,
+			bool *present);
+/* Detach c from its session at the end of a connection; publishes or schedules the will
+ * (unless `normal`); the session ends now or when its expiry passes. */
+void session_detach(struct conn *c, bool publish_will);
+void session_unref(session *s);
+static inline void session_ref(session *s)
+{
+	atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+}
+/* Queue or encode one delivery of m to s (QoS already the granted one); s is marked dirty in
+ * the publishing connection `by` (flushed at the end of its batch), or flushed at once if by
+ * is NULL. */
+void session_deliver(session *s, msg *m, int qos, int retain, const uint32_t *subids, int nsub,
+		     struct conn *by);
+/* Append a raw packet to s's output (acks, SUBACK, ...), marked dirty like a delivery. */
+void session_send(session *s, const void *pkt, size_t n, struct conn *by);
+/* Write out what is queued for s without waiting: what the socket does not take now is left
+ * to a writer task. */
+void session_flush(session *s);
+/* Acknowledgements from the client for outbound QoS 1/2. */
+void session_puback(session *s, uint16_t pid, struct conn *by);
+void session_pubrec(session *s, uint16_t pid, int reason, struct conn *by);
+void session_pubcomp(session *s, uint16_t pid, struct conn *by);
+/* Inbound QoS 2 ids: add returns 0 (new), 1 (already there) or -1 (more than `max`). */
+int session_rel_add(session *s, uint16_t pid, int max);
+bool session_rel_del(session *s, uint16_t pid);
+/* Resend inflight messages (DUP) and start queued ones, after a (re)connect. */
+void session_resume(session *s, struct conn *by);
+/* Expire offline sessions and delayed wills; returns the number of sessions. */
+void sessions_reap(int64_t now);
+long sessions_count(void);
+/* Kick every connection (server shutting down). */
+void sessions_shutdown(void);
+void sessions_free_all(void);
+
+/* ---- topic tree (topic.c) ------------------------------------------------------------------ */
+
+/* subscription options as in the SUBSCRIBE byte: qos bits 0-1, no-local 2, rap 3, rh 4-5 */
+#define SUB_NL 4
+#define SUB_RAP 8
+
+void topic_init(void);
+/* Add or replace s's subscription; returns 1 if it replaced one, 0 if new. */
+int topic_subscribe(session *s, const char *filter, uint16_t len, uint8_t opts, uint32_t subid);
+/* Remove it; returns 1 if it existed. */
+int topic_unsubscribe(session *s, const char *filter, uint16_t len);
+/* Set (or with an empty payload clear) the retained message of m's topic. */
+void topic_retain(msg *m);
+/* Deliver the retained messages matching filter to s (qos capped at max_qos). */
+void topic_send_retained(session *s, const char *filter, uint16_t len, int max_qos,
+			 uint32_t subid, struct conn *by);
+long topic_retained_count(void);
+long topic_sub_count(void);
+void topic_free_all(void);
+
+/* Route m to every matching subscription: one copy per session at the highest matching QoS
+ * with all its subscription ids; one member of each shared group. Returns the number of
+ * deliveries. from is the publishing session (no-local), by its connection. */
+int topic_publish(msg *m, session *from, struct conn *by);
+
+/* ---- connections (conn.c) ------------------------------------------------------------------ */
+
+typedef struct alias_ent {
+	uint32_t hash;
+	uint16_t len;
+	char *topic;
+} alias_ent;
+
+/* Scratch space of a publishing task: match results, frontier, dirty sessions. */
+typedef struct route_buf {
+	void *v;
+	uint32_t n, cap;
+} route_buf;
+
+typedef struct conn {
+	int fd;
+	uint8_t version;
+	bool loopback;
+	bool closing;             /* the connection is being torn down */
+	bool connected;           /* CONNECT accepted */
+	session *s;
+	ebr_reader rd;
+	struct conn *next, *prev; /* every connection, for shutdown and $SYS */
+	weft_task *task;
+	uint16_t keep_alive;
+	uint32_t max_in_packet;   /* largest packet we accept */
+	/* topic aliases: client -> broker (ours to keep), broker -> client (we assign) */
+	char **in_alias;
+	uint16_t in_alias_max;
+	alias_ent *out_alias;
+	uint16_t out_alias_max, out_alias_n;
+	/* batching */
+	route_buf match, front, front2, dirty;
+	uint64_t batch;
+	/* writer state when the socket pushed back */
+	uint8_t *wbuf;
+	uint32_t wlen, woff;
+	bool writer_running;
+	atomic_int kick_rc;       /* set by conn_kick: the reason to give a 5.0 client */
+} conn;
+
+void conn_serve(int fd, bool loopback);
+/* Note s as needing a flush at the end of c's current batch. */
+void conn_mark_dirty(conn *c, session *s);
+void conns_shutdown(void);
+long conns_count(void);
+/* Ask c to end (session take-over, shutdown): its task sees the socket shut. */
+void conn_kick(conn *c, int reason);
+void *route_grow(route_buf *b, size_t elem, uint32_t need);
+
+/* ---- statistics (stats.c) ------------------------------------------------------------------ */
+
+enum {
+	ST_MSG_RECV, ST_MSG_SENT, ST_PUB_RECV, ST_PUB_SENT, ST_PUB_DROPPED, ST_BYTES_RECV,
+	ST_BYTES_SENT, ST_CONNECTS, ST_COUNT
+};
+void stats_init(void);
+void stats_add(int which, uint64_t n);
+uint64_t stats_sum(int which);
+/* The $SYS publisher task's body (runs until shutdown). */
+void stats_task(void *arg);
+extern int64_t broker_start;
+extern atomic_int broker_stopping;
+
+#endif

@@ -1,0 +1,278 @@
+/*
+ * config.c - command-line options and mosquitto-syntax configuration files.
+ *
+ * A configuration file is lines of "option value..." with '#' comments, as mosquitto.conf.
+ * weft-mqtt reads the options it implements and rejects any other with the file and line, so
+ * a typo never silently changes nothing. password_file, acl_file and persistence true are
+ * recognised but not implemented yet: the broker refuses to start with them rather than run
+ * with less protection (or durability) than the file asks for.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "broker.h"
+
+broker_conf conf;
+
+void conf_defaults(broker_conf *c)
+{
+	memset(c, 0, sizeof *c);
+	c->max_connections = -1;
+	c->max_inflight_messages = 20;
+	c->max_queued_messages = 1000;
+	c->message_size_limit = 0;
+	c->max_keepalive = 0;
+	c->allow_anonymous = -1;
+	c->sys_interval = 10;
+	c->qos0_queue_bytes = 1 << 20;
+}
+
+static int number(const char *file, int line, const char *opt, const char *v, long lo, long hi,
+		  long *out)
+{
+	char *end;
+	errno = 0;
+	long n = v ? strtol(v, &end, 10) : 0;
+	if (!v || errno || *end || n < lo || n > hi) {
+		fprintf(stderr, "%s:%d: %s needs a number from %ld to %ld\n", file, line, opt, lo, hi);
+		return -1;
+	}
+	*out = n;
+	return 0;
+}
+
+static int boolean(const char *file, int line, const char *opt, const char *v, int *out)
+{
+	if (v && !strcmp(v, "true"))
+		*out = 1;
+	else if (v && !strcmp(v, "false"))
+		*out = 0;
+	else {
+		fprintf(stderr, "%s:%d: %s needs true or false\n", file, line, opt);
+		return -1;
+	}
+	return 0;
+}
+
+static int path(const char *file, int line, const char *opt, const char *v, char *out, size_t cap)
+{
+	if (!v || strlen(v) >= cap) {
+		fprintf(stderr, "%s:%d: %s needs a path\n", file, line, opt);
+		return -1;
+	}
+	strcpy(out, v);
+	return 0;
+}
+
+static int host(const char *file, int line, const char *v, char *out)
+{
+	if (!v || strlen(v) >= 64) {
+		fprintf(stderr, "%s:%d: bad address\n", file, line);
+		return -1;
+	}
+	strcpy(out, v);
+	return 0;
+}
+
+/* One "option args" line; words[] NUL-terminated. */
+static int option(broker_conf *c, const char *file, int line, char **w, int nw)
+{
+	const char *o = w[0], *v = nw > 1 ? w[1] : NULL;
+	long n;
+	if (!strcmp(o, "listener")) {
+		if (c->nlisteners == MAX_LISTENERS) {
+			fprintf(stderr, "%s:%d: at most %d listeners\n", file, line, MAX_LISTENERS);
+			return -1;
+		}
+		if (number(file, line, o, v, 0, 65535, &n) < 0)
+			return -1;
+		listener_conf *l = &c->listeners[c->nlisteners++];
+		l->port = (int)n;
+		strcpy(l->host, "");
+		if (nw > 2 && host(file, line, w[2], l->host) < 0)
+			return -1;
+		return 0;
+	}
+	if (!strcmp(o, "port")) {
+		if (number(file, line, o, v, 0, 65535, &n) < 0)
+			return -1;
+		if (!c->nlisteners) {
+			c->nlisteners = 1;
+			strcpy(c->listeners[0].host, "");
+		}
+		c->listeners[0].port = (int)n;
+		return 0;
+	}
+	if (!strcmp(o, "bind_address")) {
+		if (!c->nlisteners) {
+			c->nlisteners = 1;
+			c->listeners[0].port = 1883;
+		}
+		return host(file, line, v, c->listeners[0].host);
+	}
+	if (!strcmp(o, "max_connections")) {
+		if (number(file, line, o, v, -1, INT_MAX, &n) < 0)
+			return -1;
+		c->max_connections = n;
+		return 0;
+	}
+	if (!strcmp(o, "max_inflight_messages")) {
+		if (number(file, line, o, v, 0, 65535, &n) < 0)
+			return -1;
+		c->max_inflight_messages = n ? (int)n : 65535; /* 0: no limit, as mosquitto */
+		return 0;
+	}
+	if (!strcmp(o, "max_queued_messages")) {
+		if (number(file, line, o, v, 0, INT_MAX, &n) < 0)
+			return -1;
+		c->max_queued_messages = n ? (int)n : INT_MAX;
+		return 0;
+	}
+	if (!strcmp(o, "message_size_limit")) {
+		if (number(file, line, o, v, 0, 268435455, &n) < 0)
+			return -1;
+		c->message_size_limit = n;
+		return 0;
+	}
+	if (!strcmp(o, "max_keepalive")) {
+		if (number(file, line, o, v, 0, 65535, &n) < 0)
+			return -1;
+		c->max_keepalive = (int)n;
+		return 0;
+	}
+	if (!strcmp(o, "sys_interval")) {
+		if (number(file, line, o, v, 0, 86400, &n) < 0)
+			return -1;
+		c->sys_interval = (int)n;
+		return 0;
+	}
+	if (!strcmp(o, "allow_anonymous"))
+		return boolean(file, line, o, v, &c->allow_anonymous);
+	if (!strcmp(o, "persistence"))
+		return boolean(file, line, o, v, &c->persistence);
+	if (!strcmp(o, "password_file"))
+		return path(file, line, o, v, c->password_file, sizeof c->password_file);
+	if (!strcmp(o, "acl_file"))
+		return path(file, line, o, v, c->acl_file, sizeof c->acl_file);
+	if (!strcmp(o, "persistence_location"))
+		return path(file, line, o, v, c->persistence_location, sizeof c->persistence_location);
+	fprintf(stderr, "%s:%d: unknown option '%s'\n", file, line, o);
+	return -1;
+}
+
+int conf_load(broker_conf *c, const char *file)
+{
+	FILE *f = fopen(file, "r");
+	if (!f) {
+		fprintf(stderr, "weft-mqtt: %s: %s\n", file, strerror(errno));
+		return -1;
+	}
+	char buf[1024];
+	int line = 0, err = 0;
+	while (!err && fgets(buf, sizeof buf, f)) {
+		line++;
+		if (!strchr(buf, '\n') && !feof(f)) {
+			fprintf(stderr, "%s:%d: line too long\n", file, line);
+			err = -1;
+			break;
+		}
+		char *w[8];
+		int nw = 0;
+		for (char *t = strtok(buf, " \t\r\n"); t && nw < 8; t = strtok(NULL, " \t\r\n")) {
+			if (t[0] == '#')
+				break;
+			w[nw++] = t;
+		}
+		if (nw)
+			err = option(c, file, line, w, nw);
+	}
+	fclose(f);
+	if (err)
+		return -1;
+	if (c->password_file[0] || c->acl_file[0] || c->persistence) {
+		fprintf(stderr, "%s: %s is not supported yet by weft-mqtt\n", file,
+			c->password_file[0] ? "password_file" : c->acl_file[0] ? "acl_file"
+									   : "persistence true");
+		return -1;
+	}
+	return 0;
+}
+
+static void usage(FILE *o)
+{
+	fprintf(o,
+		"Usage: weft-mqtt [-c config-file] [-p port] [-v] [--help] [--version]\n"
+		"\n"
+		"An MQTT 3.1.1 and 5.0 broker on weft.\n"
+		"\n"
+		"  -c, --config-file FILE  read options from FILE (mosquitto syntax): listener,\n"
+		"                          bind_address, port, max_connections, max_inflight_messages,\n"
+		"                          max_queued_messages, message_size_limit, max_keepalive,\n"
+		"                          allow_anonymous, sys_interval (password_file, acl_file and\n"
+		"                          persistence are recognised but not supported yet)\n"
+		"  -p, --port PORT         listen on PORT (default 1883) on 127.0.0.1, unless the\n"
+		"                          configuration names listeners\n"
+		"  -v, --verbose           log connections on stderr\n"
+		"  -h, --help              this text\n"
+		"      --version           print the version\n"
+		"\n"
+		"Anonymous clients are allowed from loopback addresses only, unless allow_anonymous\n"
+		"says otherwise. SIGINT or SIGTERM stops the broker cleanly. See weft-mqtt(1).\n");
+}
+
+int conf_args(broker_conf *c, int argc, char **argv)
+{
+	conf_defaults(c);
+	int port = -1;
+	const char *file = NULL;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			usage(stdout);
+			return 1;
+		}
+		if (!strcmp(a, "--version")) {
+			printf("%s\n", WEFT_MQTT_VERSION);
+			return 1;
+		}
+		if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
+			c->verbose = 1;
+			continue;
+		}
+		if ((!strcmp(a, "-c") || !strcmp(a, "--config-file")) && i + 1 < argc) {
+			file = argv[++i];
+			continue;
+		}
+		if ((!strcmp(a, "-p") || !strcmp(a, "--port")) && i + 1 < argc) {
+			char *end;
+			long n = strtol(argv[++i], &end, 10);
+			if (*end || n < 0 || n > 65535) {
+				fprintf(stderr, "weft-mqtt: bad port '%s'\n", argv[i]);
+				return -1;
+			}
+			port = (int)n;
+			continue;
+		}
+		fprintf(stderr, "weft-mqtt: unknown argument '%s'\n", a);
+		usage(stderr);
+		return -1;
+	}
+	if (file && conf_load(c, file) < 0)
+		return -1;
+	if (port >= 0) { /* -p: this port, on the configured address or loopback */
+		if (!c->nlisteners) {
+			c->nlisteners = 1;
+			strcpy(c->listeners[0].host, "127.0.0.1");
+		}
+		c->listeners[0].port = port;
+	}
+	if (!c->nlisteners) {
+		c->nlisteners = 1;
+		c->listeners[0].port = 1883;
+		strcpy(c->listeners[0].host, "127.0.0.1");
+	}
+	return 0;
+}

@@ -1,0 +1,693 @@
+/*
+ * conn.c - one task per client connection: read, decode, run the protocol.
+ *
+ * The task reads as much as the socket has into a buffer from its worker's pool, handles every
+ * whole packet in it, then flushes every session its publishes touched (see session.c): the
+ * batch of packets one read brought in becomes one write per receiver. Between batches the
+ * task waits for the socket with no buffer at all (weft_fd_wait, then a read that does not
+ * wait), so an idle connection costs its task's few stack pages and two small structs.
+ *
+ * A read section of epoch.c spans each batch (topic matching reads the tree without locks,
+ * and the sessions it finds stay valid until the flush), never the wait for input.
+ *
+ * Ending: a protocol error, a malformed or oversized packet, a keep-alive or connect timeout,
+ * or a kick from another task (session take-over, shutdown) end the connection; a 5.0 client
+ * gets a DISCONNECT with the reason first. The task then detaches from its session (which
+ * publishes or schedules the will unless the client said goodbye properly) and closes.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include "broker.h"
+
+#define RBUF 16384
+#define CONNECT_TIMEOUT_S 10
+#define PARTIAL_TIMEOUT_S 60  /* a half-sent packet with keep-alive off */
+#define IN_ALIAS_MAX 10       /* topic aliases a client may set (as mosquitto) */
+
+static weft_mutex list_lock = WEFT_MUTEX_INIT;
+static conn *all;
+static long nconns;
+
+void *route_grow(route_buf *b, size_t elem, uint32_t need)
+{
+	if (need > b->cap) {
+		uint32_t cap = b->cap ? b->cap * 2 : 16;
+		while (cap < need)
+			cap *= 2;
+		void *v = realloc(b->v, (size_t)cap * elem);
+		if (!v)
+			abort();
+		b->v = v;
+		b->cap = cap;
+	}
+	return b->v;
+}
+
+void conn_mark_dirty(conn *c, session *s)
+{
+	session **v = route_grow(&c->dirty, sizeof(session *), c->dirty.n + 1);
+	v[c->dirty.n++] = s;
+}
+
+long conns_count(void)
+{
+	long n = 0;
+	WEFT_WITH_LOCK(&list_lock)
+		n = nconns;
+	return n;
+}
+
+void conn_kick(conn *c, int reason)
+{
+	int zero = 0;
+	atomic_compare_exchange_strong(&c->kick_rc, &zero, reason);
+	shutdown(c->fd, SHUT_RD); /* its read ends; writes still go out */
+}
+
+void conns_shutdown(void)
+{
+	WEFT_WITH_LOCK(&list_lock)
+		for (conn *c = all; c; c = c->next)
+			conn_kick(c, MQ_RC_SERVER_SHUTTING_DOWN);
+	for (int i = 0; i < 300 && conns_count(); i++)
+		weft_sleep_until(weft_now() + 10000000);
+}
+
+/* ---- sending -------------------------------------------------------------------------------- */
+
+static void send_pkt(conn *c, const void *p, size_t n)
+{
+	if (c->s)
+		session_send(c->s, p, n, c);
+	else
+		weft_write(c->fd, p, n, weft_now() + 1000000000);
+}
+
+static void send_ack(conn *c, int type, uint16_t pid, int rc)
+{
+	uint8_t b[8];
+	send_pkt(c, b, mq_enc_ack(b, c->version, type, pid, rc, NULL));
+}
+
+/* A CONNACK refusing the connection (before any session). */
+static void refuse(conn *c, int version, int rc5, int rc3)
+{
+	uint8_t b[8];
+	size_t n = mq_enc_connack(b, version == 5 ? 5 : 4, 0, version == 5 ? rc5 : rc3, NULL);
+	weft_write(c->fd, b, n, weft_now() + 1000000000);
+}
+
+/* ---- subscriptions kept by the session ------------------------------------------------------ */
+
+static void subrec_add(session *s, const uint8_t *f, uint16_t len)
+{
+	WEFT_WITH_LOCK(&s->lock) {
+		for (subrec *r = s->subs; r; r = r->next)
+			if (r->len == len && !memcmp(r->filter, f, len))
+				goto out;
+		subrec *r = malloc(sizeof *r + len);
+		if (!r)
+			abort();
+		r->len = len;
+		memcpy(r->filter, f, len);
+		r->next = s->subs;
+		s->subs = r;
+	out:;
+	}
+}
+
+static void subrec_del(session *s, const uint8_t *f, uint16_t len)
+{
+	WEFT_WITH_LOCK(&s->lock) {
+		for (subrec **pp = &s->subs; *pp; pp = &(*pp)->next)
+			if ((*pp)->len == len && !memcmp((*pp)->filter, f, len)) {
+				subrec *r = *pp;
+				*pp = r->next;
+				free(r);
+				break;
+			}
+	}
+}
+
+/* ---- packet handlers ------------------------------------------------------------------------ */
+
+static int on_connect(conn *c, mq_packet *pk)
+{
+	int v = pk->connect.version;
+	c->version = (uint8_t)v;
+	bool allowed = conf.allow_anonymous == 1 || (conf.allow_anonymous < 0 && c->loopback);
+	if (!allowed) {
+		refuse(c, v, MQ_RC_NOT_AUTHORIZED, MQ_V3_NOT_AUTHORIZED);
+		return -1;
+	}
+	if (v == 5 && MQ_HAS(&pk->props, MQ_P_AUTH_METHOD)) {
+		refuse(c, v, MQ_RC_BAD_AUTH_METHOD, MQ_V3_NOT_AUTHORIZED);
+		return -1;
+	}
+	if (v < 5 && pk->connect.client_id.len == 0 && !pk->connect.clean) {
+		refuse(c, v, MQ_RC_CLIENT_ID_INVALID, MQ_V3_ID_REJECTED);
+		return -1;
+	}
+	uint16_t ka = pk->connect.keep_alive;
+	bool ka_changed = false;
+	if (conf.max_keepalive && (ka == 0 || ka > conf.max_keepalive)) {
+		if (v < 5) {
+			refuse(c, v, 0, MQ_V3_ID_REJECTED);
+			return -1;
+		}
+		ka = (uint16_t)conf.max_keepalive;
+		ka_changed = true;
+	}
+	if (conf.message_size_limit && pk->connect.will &&
+	    pk->connect.will_payload.len > conf.message_size_limit) {
+		refuse(c, v, MQ_RC_PACKET_TOO_LARGE, MQ_V3_UNAVAILABLE);
+		return -1;
+	}
+	c->keep_alive = ka;
+	msg *will = NULL;
+	if (pk->connect.will) {
+		mq_props *wp = &pk->connect.will_props;
+		will = msg_new(pk->connect.will_topic.p, (uint16_t)pk->connect.will_topic.len,
+			       &wp->raw, pk->connect.will_payload.p, pk->connect.will_payload.len,
+			       pk->connect.will_qos, pk->connect.will_retain, wp->message_expiry);
+	}
+	bool present = false;
+	session *s = session_attach(c, (const char *)pk->connect.client_id.p,
+				    (uint16_t)pk->connect.client_id.len, pk->connect.clean, &present);
+	if (!s) {
+		msg_unref(will);
+		refuse(c, v, MQ_RC_SERVER_UNAVAILABLE, MQ_V3_UNAVAILABLE);
+		return -1;
+	}
+	c->s = s;
+	uint16_t window = (uint16_t)conf.max_inflight_messages;
+	if (v == 5 && pk->props.receive_max && pk->props.receive_max < window)
+		window = pk->props.receive_max;
+	WEFT_WITH_LOCK(&s->lock) {
+		s->version = (uint8_t)v;
+		s->expiry_interval = v == 5 ? pk->props.session_expiry
+					    : (pk->connect.clean ? 0 : UINT32_MAX);
+		s->window = window ? window : 1;
+		s->max_packet = v == 5 ? pk->props.max_packet_size : 0;
+		msg_unref(s->will);
+		s->will = will;
+		s->will_delay = pk->connect.will_props.will_delay;
+		if (!present)
+			s->nrel = 0;
+	}
+	c->out_alias_max = v == 5 ? pk->props.topic_alias_max : 0;
+	if (c->out_alias_max > 64)
+		c->out_alias_max = 64;
+	c->in_alias_max = v == 5 ? IN_ALIAS_MAX : 0;
+	c->max_in_packet = 268435460;
+	if (conf.message_size_limit)
+		c->max_in_packet = (uint32_t)conf.message_size_limit + 65536 + 1024;
+
+	uint8_t pb_buf[128 + 64], pkt[256];
+	mq_pb pb = { pb_buf, 0, sizeof pb_buf, 0 };
+	if (v == 5) {
+		if (!pk->connect.client_id.len)
+			mq_pb_bytes(&pb, MQ_P_ASSIGNED_CLIENT_ID, s->client_id, s->id_len);
+		if (conf.max_inflight_messages < 65535)
+			mq_pb_u16(&pb, MQ_P_RECEIVE_MAX, (uint16_t)conf.max_inflight_messages);
+		mq_pb_u16(&pb, MQ_P_TOPIC_ALIAS_MAX, IN_ALIAS_MAX);
+		if (ka_changed)
+			mq_pb_u16(&pb, MQ_P_SERVER_KEEP_ALIVE, ka);
+		if (conf.message_size_limit)
+			mq_pb_u32(&pb, MQ_P_MAX_PACKET_SIZE, c->max_in_packet);
+	}
+	size_t n = mq_enc_connack(pkt, v, present, 0, &pb);
+	session_send(s, pkt, n, c);
+	c->connected = true;
+	stats_add(ST_CONNECTS, 1);
+	session_resume(s, c);
+	return 0;
+}
+
+static int on_publish(conn *c, mq_packet *pk)
+{
+	session *s = c->s;
+	const uint8_t *topic = pk->publish.topic.p;
+	uint16_t tlen = (uint16_t)pk->publish.topic.len;
+	int qos = pk->publish.qos;
+	int ack = qos == 1 ? MQ_PUBACK : MQ_PUBREC;
+	if (c->version == 5) {
+		mq_props *pr = &pk->props;
+		if (MQ_HAS(pr, MQ_P_SUBSCRIPTION_ID))
+			return -MQ_RC_PROTOCOL_ERROR;
+		if (MQ_HAS(pr, MQ_P_TOPIC_ALIAS)) {
+			uint16_t a = pr->topic_alias;
+			if (a > c->in_alias_max)
+				return -MQ_RC_TOPIC_ALIAS_INVALID;
+			if (!c->in_alias) {
+				c->in_alias = calloc(c->in_alias_max, sizeof(char *));
+				if (!c->in_alias)
+					abort();
+			}
+			char **slot = &c->in_alias[a - 1];
+			if (tlen) {
+				free(*slot);
+				*slot = malloc(tlen + 1u);
+				if (!*slot)
+					abort();
+				memcpy(*slot, topic, tlen);
+				(*slot)[tlen] = 0;
+			} else if (!*slot) {
+				return -MQ_RC_PROTOCOL_ERROR;
+			} else {
+				topic = (const uint8_t *)*slot;
+				tlen = (uint16_t)strlen(*slot);
+			}
+		}
+		if (pr->payload_format == 1 &&
+		    mq_utf8_check(pk->publish.payload.p, pk->publish.payload.len) < 0) {
+			if (qos)
+				send_ack(c, ack, pk->packet_id, MQ_RC_PAYLOAD_FORMAT_INVALID);
+			return 0;
+		}
+	}
+	if (conf.message_size_limit && pk->publish.payload.len > conf.message_size_limit) {
+		stats_add(ST_PUB_DROPPED, 1);
+		if (qos)
+			send_ack(c, ack, pk->packet_id, MQ_RC_QUOTA_EXCEEDED);
+		return 0;
+	}
+	if (tlen >= 4 && !memcmp(topic, "$SYS", 4)) { /* the broker's own */
+		if (qos)
+			send_ack(c, ack, pk->packet_id, MQ_RC_NOT_AUTHORIZED);
+		return 0;
+	}
+	if (qos == 2) {
+		int max = c->version == 5 ? conf.max_inflight_messages : 65535;
+		int r = session_rel_add(s, pk->packet_id, max);
+		if (r < 0)
+			return -MQ_RC_RECEIVE_MAX_EXCEEDED;
+		if (r == 1) { /* a resend of one we have: acknowledge, do not deliver again */
+			send_ack(c, MQ_PUBREC, pk->packet_id, 0);
+			return 0;
+		}
+	}
+	stats_add(ST_PUB_RECV, 1);
+	msg *m = msg_new(topic, tlen, &pk->props.raw, pk->publish.payload.p, pk->publish.payload.len,
+			 qos, pk->publish.retain, pk->props.message_expiry);
+	if (m->retain)
+		topic_retain(m);
+	int n = topic_publish(m, s, c);
+	msg_unref(m);
+	if (qos)
+		send_ack(c, ack, pk->packet_id, n || c->version < 5 ? 0 : MQ_RC_NO_MATCHING_SUBSCRIBERS);
+	return 0;
+}
+
+static int on_subscribe(conn *c, mq_packet *pk)
+{
+	session *s = c->s;
+	uint8_t small[64], *codes = small;
+	uint32_t cap = sizeof small, n = 0, pos = 0;
+	mq_bytes f;
+	uint8_t o;
+	uint32_t subid = c->version == 5 ? pk->props.subscription_id : 0;
+	/* first pass: subscribe, collect codes */
+	while (mq_sub_next(pk, &pos, &f, &o)) {
+		if (n == cap) {
+			uint8_t *b = malloc(cap * 2);
+			if (!b)
+				abort();
+			memcpy(b, codes, n);
+			if (codes != small)
+				free(codes);
+			codes = b;
+			cap *= 2;
+		}
+		bool shared = f.len >= 7 && !memcmp(f.p, "$share/", 7);
+		if (mq_topic_filter_check(f.p, f.len) < 0) {
+			codes[n++] = c->version == 5 ? MQ_RC_TOPIC_FILTER_INVALID : 0x80;
+			continue;
+		}
+		if (shared && (o & SUB_NL)) {
+			if (codes != small)
+				free(codes);
+			return -MQ_RC_PROTOCOL_ERROR;
+		}
+		uint8_t opts = (uint8_t)(o & 0x3F);
+		int existed = topic_subscribe(s, (const char *)f.p, (uint16_t)f.len, opts, subid);
+		subrec_add(s, f.p, (uint16_t)f.len);
+		codes[n++] = (uint8_t)(o & 3);
+		int rh = (o >> 4) & 3;
+		if (shared || rh == 2 || (rh == 1 && existed))
+			codes[n - 1] |= 0x40; /* marks: no retained messages (cleared below) */
+	}
+	uint8_t *pkt = malloc(16 + n);
+	if (!pkt)
+		abort();
+	for (uint32_t i = 0; i < n; i++)
+		pkt[i] = codes[i];
+	for (uint32_t i = 0; i < n; i++)
+		codes[i] &= (uint8_t)~0x40;
+	uint8_t *out = malloc(16 + n);
+	if (!out)
+		abort();
+	size_t len = mq_enc_suback(out, c->version, MQ_SUBACK, pk->packet_id, codes, (int)n, NULL);
+	send_pkt(c, out, len);
+	free(out);
+	/* then the retained messages, after the SUBACK */
+	pos = 0;
+	for (uint32_t i = 0; mq_sub_next(pk, &pos, &f, &o); i++)
+		if (pkt[i] < 0x40)
+			topic_send_retained(s, (const char *)f.p, (uint16_t)f.len, o & 3, subid, c);
+	free(pkt);
+	if (codes != small)
+		free(codes);
+	return 0;
+}
+
+static int on_unsubscribe(conn *c, mq_packet *pk)
+{
+	uint32_t pos = 0, n = 0;
+	mq_bytes f;
+	while (mq_sub_next(pk, &pos, &f, NULL))
+		n++;
+	uint8_t *codes = malloc(n + 16), *out = malloc(n + 16);
+	if (!codes || !out)
+		abort();
+	pos = n = 0;
+	while (mq_sub_next(pk, &pos, &f, NULL)) {
+		int found = topic_unsubscribe(c->s, (const char *)f.p, (uint16_t)f.len);
+		if (found)
+			subrec_del(c->s, f.p, (uint16_t)f.len);
+		codes[n++] = found ? 0 : MQ_RC_NO_SUBSCRIPTION_EXISTED;
+	}
+	size_t len = mq_enc_suback(out, c->version, MQ_UNSUBACK, pk->packet_id, codes, (int)n, NULL);
+	send_pkt(c, out, len);
+	free(codes);
+	free(out);
+	return 0;
+}
+
+/* Returns 0 to go on, 1 for a client's DISCONNECT, or a negative reason code. */
+static int handle(conn *c, const uint8_t *p, size_t n, bool *will)
+{
+	mq_packet pk;
+	int r = mq_decode(p, n, c->connected ? c->version : 5, &pk);
+	stats_add(ST_MSG_RECV, 1);
+	if (!c->connected) {
+		if ((p[0] >> 4) != MQ_CONNECT)
+			return -MQ_RC_PROTOCOL_ERROR;
+		if (r < 0) {
+			if (r == -MQ_RC_UNSUPPORTED_VERSION)
+				refuse(c, 4, 0, MQ_V3_BAD_VERSION);
+			else if (pk.connect.version == 5)
+				refuse(c, 5, -r, 0);
+			return -1;
+		}
+		return on_connect(c, &pk) < 0 ? -1 : 0;
+	}
+	if (r < 0)
+		return r;
+	switch (pk.type) {
+	case MQ_CONNECT:
+		return -MQ_RC_PROTOCOL_ERROR; /* a second CONNECT */
+	case MQ_PUBLISH:
+		return on_publish(c, &pk);
+	case MQ_PUBACK:
+		session_puback(c->s, pk.packet_id, c);
+		return 0;
+	case MQ_PUBREC:
+		session_pubrec(c->s, pk.packet_id, pk.reason, c);
+		return 0;
+	case MQ_PUBREL:
+		send_ack(c, MQ_PUBCOMP, pk.packet_id,
+			 session_rel_del(c->s, pk.packet_id) ? 0 : MQ_RC_PACKET_ID_NOT_FOUND);
+		return 0;
+	case MQ_PUBCOMP:
+		session_pubcomp(c->s, pk.packet_id, c);
+		return 0;
+	case MQ_SUBSCRIBE:
+		return on_subscribe(c, &pk);
+	case MQ_UNSUBSCRIBE:
+		return on_unsubscribe(c, &pk);
+	case MQ_PINGREQ: {
+		uint8_t b[2];
+		send_pkt(c, b, mq_enc_simple(b, MQ_PINGRESP));
+		return 0;
+	}
+	case MQ_DISCONNECT:
+		if (c->version == 5 && MQ_HAS(&pk.props, MQ_P_SESSION_EXPIRY)) {
+			session *s = c->s;
+			bool bad = false;
+			WEFT_WITH_LOCK(&s->lock) {
+				if (s->expiry_interval == 0 && pk.props.session_expiry)
+					bad = true; /* [MQTT-3.14.2-2] */
+				else
+					s->expiry_interval = pk.props.session_expiry;
+			}
+			if (bad)
+				return -MQ_RC_PROTOCOL_ERROR;
+		}
+		*will = c->version == 5 && pk.reason == MQ_RC_DISCONNECT_WITH_WILL;
+		return 1;
+	default: /* AUTH without an authentication method, or a server's packet */
+		return -MQ_RC_PROTOCOL_ERROR;
+	}
+}
+
+/* Flush every session this batch wrote to. */
+static void flush_dirty(conn *c)
+{
+	session **v = c->dirty.v;
+	for (uint32_t i = 0; i < c->dirty.n; i++)
+		session_flush(v[i]);
+	c->dirty.n = 0;
+	c->batch++;
+	if (c->dirty.cap > 1024) { /* after a burst, give the memory back */
+		free(c->dirty.v);
+		c->dirty.v = NULL;
+		c->dirty.cap = 0;
+	}
+}
+
+typedef struct rd {
+	uint8_t *buf;
+	uint32_t len, cap;
+} rd;
+
+/* Handle every whole packet in the buffer; returns as handle() (0: need more bytes). */
+static int process(conn *c, rd *b, bool *will)
+{
+	uint32_t off = 0;
+	int r = 0;
+	ebr_enter(&c->rd);
+	while (!r && off < b->len) {
+		int hdr;
+		long total = mq_frame(b->buf + off, b->len - off, &hdr);
+		if (total < 0) {
+			r = (int)total;
+			break;
+		}
+		if (total == 0)
+			break;
+		if ((uint64_t)total > c->max_in_packet) {
+			r = -MQ_RC_PACKET_TOO_LARGE;
+			break;
+		}
+		if ((uint32_t)total > b->len - off) {
+			if ((uint32_t)total > b->cap) { /* a packet larger than the buffer: grow */
+				uint8_t *nb = pool_alloc((size_t)total);
+				memcpy(nb, b->buf + off, b->len - off);
+				pool_free(b->buf);
+				b->buf = nb;
+				b->len -= off;
+				b->cap = (uint32_t)pool_size(nb);
+				off = 0;
+			}
+			break;
+		}
+		r = handle(c, b->buf + off, (size_t)total, will);
+		off += (uint32_t)total;
+		if (c->closing)
+			break;
+	}
+	flush_dirty(c);
+	ebr_leave(&c->rd);
+	if (off) {
+		memmove(b->buf, b->buf + off, b->len - off);
+		b->len -= off;
+	}
+	return r;
+}
+
+static void conn_end(conn *c, int rc, bool will);
+
+static void serve(void *arg)
+{
+	conn *c = arg;
+	rd b = { NULL, 0, 0 };
+	bool will = true;
+	int rc = 0;
+	int64_t start = weft_now(), last = start;
+	for (;;) {
+		int64_t dl = WEFT_FOREVER;
+		if (!c->connected)
+			dl = start + CONNECT_TIMEOUT_S * 1000000000LL;
+		else if (c->keep_alive)
+			dl = last + (int64_t)c->keep_alive * 1500000000LL;
+		else if (b.len)
+			dl = last + PARTIAL_TIMEOUT_S * 1000000000LL;
+		if (!b.buf || b.len == 0) {
+			if (b.buf) { /* nothing pending: wait without a buffer */
+				pool_free(b.buf);
+				b.buf = NULL;
+			}
+			int w = weft_fd_wait(c->fd, EPOLLIN, dl);
+			if (w == -ETIMEDOUT) {
+				rc = c->connected ? MQ_RC_KEEP_ALIVE_TIMEOUT : 0;
+				break;
+			}
+			if (w < 0)
+				break;
+			b.buf = pool_alloc(RBUF - 16);
+			b.cap = (uint32_t)pool_size(b.buf);
+		}
+		ssize_t n = weft_read(c->fd, b.buf + b.len, b.cap - b.len, b.len ? dl : 0);
+		if (n == -ETIMEDOUT) {
+			if (b.len) { /* a packet half sent and then nothing */
+				rc = c->connected ? MQ_RC_KEEP_ALIVE_TIMEOUT : 0;
+				break;
+			}
+			continue;
+		}
+		if (n <= 0)
+			break;
+		stats_add(ST_BYTES_RECV, (uint64_t)n);
+		b.len += (uint32_t)n;
+		last = weft_now();
+		int r = process(c, &b, &will);
+		if (r == 1) {
+			break;
+		}
+		if (r < 0) {
+			rc = -r;
+			will = true;
+			break;
+		}
+		if (c->closing)
+			break;
+	}
+	pool_free(b.buf);
+	conn_end(c, rc, will);
+}
+
+/* Tear down: last words to a 5.0 client, detach from the session, close. */
+static void conn_end(conn *c, int rc, bool will)
+{
+	int kick = atomic_load(&c->kick_rc);
+	if (kick)
+		rc = kick;
+	session *s = c->s;
+	if (s) {
+		uint8_t *buf = NULL;
+		uint32_t len = 0;
+		WEFT_WITH_LOCK(&s->lock) {
+			while (s->writing)
+				weft_cond_wait(&s->idle, &s->lock);
+			c->closing = true;
+			if (c->version == 5 && rc && rc != 1) {
+				uint8_t d[8];
+				size_t n = mq_enc_disconnect(d, 5, rc, NULL);
+				if (s->out_len + n > s->out_cap) {
+					uint8_t *nb = pool_alloc(s->out_len + n);
+					if (s->out_len)
+						memcpy(nb, s->out, s->out_len);
+					pool_free(s->out);
+					s->out = nb;
+					s->out_cap = (uint32_t)pool_size(nb);
+				}
+				memcpy(s->out + s->out_len, d, n);
+				s->out_len += (uint32_t)n;
+			}
+			buf = s->out, len = s->out_len;
+			s->out = NULL;
+			s->out_len = s->out_cap = 0;
+		}
+		if (len)
+			weft_write(c->fd, buf, len, weft_now() + 200000000);
+		pool_free(buf);
+		shutdown(c->fd, SHUT_RDWR);
+		session_detach(c, will);
+	} else {
+		shutdown(c->fd, SHUT_RDWR);
+	}
+	WEFT_WITH_LOCK(&list_lock) {
+		if (c->prev)
+			c->prev->next = c->next;
+		else
+			all = c->next;
+		if (c->next)
+			c->next->prev = c->prev;
+		nconns--;
+	}
+	weft_close(c->fd);
+	ebr_unregister(&c->rd);
+	for (uint16_t i = 0; c->in_alias && i < c->in_alias_max; i++)
+		free(c->in_alias[i]);
+	free(c->in_alias);
+	for (uint16_t i = 0; i < c->out_alias_n; i++)
+		free(c->out_alias[i].topic);
+	free(c->out_alias);
+	free(c->match.v);
+	free(c->front.v);
+	free(c->front2.v);
+	free(c->dirty.v);
+	free(c);
+}
+
+static bool is_loopback(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof ss;
+	if (getpeername(fd, (struct sockaddr *)&ss, &len) < 0)
+		return false;
+	if (ss.ss_family == AF_INET)
+		return (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) == 127;
+	if (ss.ss_family == AF_INET6) {
+		struct in6_addr *a = &((struct sockaddr_in6 *)&ss)->sin6_addr;
+		if (IN6_IS_ADDR_LOOPBACK(a))
+			return true;
+		return IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127;
+	}
+	return ss.ss_family == AF_UNIX;
+}
+
+void conn_serve(int fd, bool loopback)
+{
+	(void)loopback;
+	conn *c = calloc(1, sizeof *c);
+	if (!c) {
+		weft_close(fd);
+		return;
+	}
+	c->fd = fd;
+	c->loopback = is_loopback(fd);
+	c->version = 4;
+	c->max_in_packet = 268435460;
+	atomic_init(&c->kick_rc, 0);
+	ebr_register(&c->rd);
+	WEFT_WITH_LOCK(&list_lock) {
+		c->next = all;
+		if (all)
+			all->prev = c;
+		all = c;
+		nconns++;
+	}
+	weft_spawn_opts o = { .name = "mqtt-conn", .detached = 1 };
+	if (!weft_spawn_opt(serve, c, &o)) {
+		conn_end(c, 0, false);
+	}
+}

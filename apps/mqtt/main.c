@@ -1,0 +1,140 @@
+/*
+ * main.c - weft-mqtt: options, listeners, the broker's housekeeping tasks, clean shutdown.
+ *
+ * weft has no signal API, so SIGINT and SIGTERM are blocked in every thread (the mask is set
+ * before weft_run starts the workers, which inherit it) and read from a signalfd by a task,
+ * through weft_read like any other descriptor. On a signal the broker stops accepting, sends
+ * every 5.0 client a DISCONNECT "server shutting down", waits for the connections to end,
+ * then frees everything (so a leak checker sees a clean exit).
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <unistd.h>
+
+#include "broker.h"
+
+void pool_fini(void);
+void stats_fini(void);
+
+static int lfds[MAX_LISTENERS];
+static int sigfd = -1;
+
+static void acceptor(void *arg)
+{
+	int lfd = (int)(intptr_t)arg;
+	while (!atomic_load(&broker_stopping)) {
+		int fd = weft_accept(lfd, NULL, NULL, 0, WEFT_FOREVER);
+		if (fd < 0) {
+			if (fd == -EBADF || fd == -ECANCELED || atomic_load(&broker_stopping))
+				return;
+			weft_sleep_until(weft_now() + 10000000); /* out of fds: let some close */
+			continue;
+		}
+		if (conf.max_connections >= 0 && conns_count() >= conf.max_connections) {
+			weft_close(fd);
+			continue;
+		}
+		int one = 1;
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+		conn_serve(fd, false);
+	}
+}
+
+static void reaper(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&broker_stopping)) {
+		if (weft_sleep_until(weft_now() + 200000000) < 0)
+			return;
+		sessions_reap(weft_now());
+		ebr_collect(0);
+	}
+}
+
+static int broker(void *arg)
+{
+	(void)arg;
+	broker_start = weft_now();
+	pool_init();
+	stats_init();
+	topic_init();
+	sessions_init();
+	for (int i = 0; i < conf.nlisteners; i++) {
+		listener_conf *l = &conf.listeners[i];
+		lfds[i] = weft_tcp_listen(l->host[0] ? l->host : NULL, l->port, 4096);
+		if (lfds[i] < 0) {
+			fprintf(stderr, "weft-mqtt: cannot listen on %s:%d: %s\n",
+				l->host[0] ? l->host : "*", l->port, strerror(-lfds[i]));
+			return 1;
+		}
+		if (conf.verbose)
+			fprintf(stderr, "weft-mqtt: listening on %s:%d\n", l->host[0] ? l->host : "*",
+				l->port);
+	}
+	weft_spawn_opts o = { .name = "mqtt-accept" };
+	weft_task *acc[MAX_LISTENERS];
+	for (int i = 0; i < conf.nlisteners; i++)
+		acc[i] = weft_spawn_opt(acceptor, (void *)(intptr_t)lfds[i], &o);
+	o.name = "mqtt-reaper";
+	weft_task *rp = weft_spawn_opt(reaper, NULL, &o);
+	weft_task *st = NULL;
+	if (conf.sys_interval) {
+		o.name = "mqtt-sys";
+		st = weft_spawn_opt(stats_task, NULL, &o);
+	}
+	struct signalfd_siginfo si;
+	ssize_t n = weft_read(sigfd, &si, sizeof si, WEFT_FOREVER);
+	if (conf.verbose && n == sizeof si)
+		fprintf(stderr, "weft-mqtt: signal %u, shutting down\n", si.ssi_signo);
+	atomic_store(&broker_stopping, 1);
+	for (int i = 0; i < conf.nlisteners; i++) {
+		weft_cancel(acc[i]);
+		weft_join(acc[i]);
+		weft_close(lfds[i]);
+	}
+	conns_shutdown();
+	weft_cancel(rp);
+	weft_join(rp);
+	if (st) {
+		weft_cancel(st);
+		weft_join(st);
+	}
+	if (conns_count()) { /* a connection would not end: exit without freeing under it */
+		fprintf(stderr, "weft-mqtt: %ld connections did not close\n", conns_count());
+		return 0;
+	}
+	weft_sleep_until(weft_now() + 20000000); /* let detached writer tasks finish */
+	sessions_free_all();
+	ebr_collect(1);
+	topic_free_all();
+	ebr_collect(1);
+	stats_fini();
+	pool_fini();
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	int r = conf_args(&conf, argc, argv);
+	if (r)
+		return r > 0 ? 0 : 2;
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (sigfd < 0) {
+		perror("weft-mqtt: signalfd");
+		return 1;
+	}
+	r = weft_run(broker, NULL);
+	return r < 0 ? 1 : r;
+}

@@ -1,0 +1,805 @@
+/*
+ * session.c - sessions: what the broker keeps for a client id, and how messages get to it.
+ *
+ * A session holds the client's subscriptions (as records, to remove them from the tree when it
+ * ends), its outbound QoS 1/2 state, its will, and its output buffer. One weft_mutex per
+ * session guards all of it; nothing on the publish path takes a lock wider than one session.
+ *
+ * Delivery. A publisher's task encodes each delivery straight into the receiving session's
+ * output buffer (QoS 0, or QoS 1/2 within the client's receive window) or queues a reference
+ * to the shared message (QoS 1/2 beyond the window, or while the client is offline, up to
+ * max_queued_messages; QoS 0 beyond qos0_queue_bytes of unsent output is dropped and counted).
+ * It then notes the session as dirty in its own connection; at the end of the batch of
+ * packets it read, the publisher flushes every dirty session: one write() carries every
+ * message queued for that client since its last write. Under load a batch holds many
+ * messages, so the broker makes far fewer system calls than messages.
+ *
+ * Writing. Whoever flushes takes the buffer (the `writing` flag makes one writer at a time),
+ * writes it without waiting (a deadline already past), and loops while more arrived. If the
+ * socket does not take everything, the rest goes to a writer task spawned for the purpose,
+ * which waits for the socket and keeps draining until the buffer is empty, then ends: an idle
+ * connection has no writer task and no output buffer.
+ *
+ * Lifetime. The session table holds a reference, an attached connection another. When the
+ * last goes, the session is retired through epoch.c, because a publisher may have read it out
+ * of a subscriber array just before the subscription was removed.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "broker.h"
+
+#define NBUCKETS 16384
+
+static session *table[NBUCKETS];
+static weft_mutex tlock = WEFT_MUTEX_INIT;
+static long nsessions;
+static uint64_t auto_id;
+
+static uint32_t id_hash(const char *id, uint16_t n)
+{
+	uint32_t h = 2166136261u;
+	for (uint16_t i = 0; i < n; i++)
+		h = (h ^ (uint8_t)id[i]) * 16777619u;
+	return h;
+}
+
+void sessions_init(void)
+{
+}
+
+long sessions_count(void)
+{
+	long n = 0;
+	WEFT_WITH_LOCK(&tlock)
+		n = nsessions;
+	return n;
+}
+
+static session *find(const char *id, uint16_t n, uint32_t h)
+{
+	for (session *s = table[h % NBUCKETS]; s; s = s->hnext)
+		if (s->hash == h && s->id_len == n && !memcmp(s->client_id, id, n))
+			return s;
+	return NULL;
+}
+
+static void unlink_locked(session *s)
+{
+	session **pp = &table[s->hash % NBUCKETS];
+	while (*pp && *pp != s)
+		pp = &(*pp)->hnext;
+	if (*pp) {
+		*pp = s->hnext;
+		nsessions--;
+	}
+}
+
+static void session_free(void *p)
+{
+	session *s = p;
+	free(s->client_id);
+	free(s->rel_ids);
+	free(s);
+}
+
+void session_unref(session *s)
+{
+	if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) == 1)
+		ebr_retire(s, session_free);
+}
+
+static void dlv_free_list(dlv *d)
+{
+	while (d) {
+		dlv *n = d->next;
+		msg_unref(d->m);
+		pool_free(d);
+		d = n;
+	}
+}
+
+/* The session ends: out of the tree, its messages released. Not in the table any more. */
+static void session_end(session *s)
+{
+	subrec *subs = NULL;
+	dlv *q = NULL, *inf = NULL;
+	msg *will = NULL;
+	WEFT_WITH_LOCK(&s->lock) {
+		s->dead = true;
+		subs = s->subs, s->subs = NULL;
+		q = s->queue, s->queue = s->queue_tail = NULL;
+		inf = s->inflight, s->inflight = s->inflight_tail = NULL;
+		s->nqueued = s->ninflight = 0;
+		will = s->will, s->will = NULL;
+		pool_free(s->out);
+		s->out = NULL;
+		s->out_len = s->out_cap = 0;
+	}
+	while (subs) {
+		subrec *n = subs->next;
+		topic_unsubscribe(s, subs->filter, subs->len);
+		free(subs);
+		subs = n;
+	}
+	dlv_free_list(q);
+	dlv_free_list(inf);
+	msg_unref(will);
+	session_unref(s);
+}
+
+static void publish_will(msg *m)
+{
+	if (m->retain)
+		topic_retain(m);
+	topic_publish(m, NULL, NULL);
+	msg_unref(m);
+}
+
+static session *session_new(const char *id, uint16_t n, uint32_t h)
+{
+	session *s = calloc(1, sizeof *s);
+	if (!s)
+		abort();
+	weft_mutex_init(&s->lock);
+	weft_cond_init(&s->idle);
+	atomic_init(&s->refs, 1);
+	s->client_id = malloc(n + 1u);
+	if (!s->client_id)
+		abort();
+	memcpy(s->client_id, id, n);
+	s->client_id[n] = 0;
+	s->id_len = n;
+	s->hash = h;
+	s->next_pid = 1;
+	return s;
+}
+
+session *session_attach(conn *c, const char *id, uint16_t n, bool clean, bool *present)
+{
+	char gen[40];
+	if (n == 0) {
+		WEFT_WITH_LOCK(&tlock)
+			n = (uint16_t)snprintf(gen, sizeof gen, "auto-%llx-%llx",
+					       (unsigned long long)broker_start,
+					       (unsigned long long)++auto_id);
+		id = gen;
+	}
+	uint32_t h = id_hash(id, n);
+	session *s = NULL, *old = NULL;
+	/* take over from a connection still attached: kick it, wait for it to let go */
+	for (int tries = 0;; tries++) {
+		conn *busy = NULL;
+		WEFT_WITH_LOCK(&tlock) {
+			s = find(id, n, h);
+			if (s)
+				WEFT_WITH_LOCK(&s->lock) {
+					busy = s->conn;
+					if (busy && tries == 0) /* under the lock: busy cannot close */
+						conn_kick(busy, MQ_RC_SESSION_TAKEN_OVER);
+				}
+			if (!busy && s && clean) {
+				unlink_locked(s);
+				old = s;
+				s = NULL;
+			}
+			if (!busy && !s) {
+				s = session_new(id, n, h);
+				s->hnext = table[h % NBUCKETS];
+				table[h % NBUCKETS] = s;
+				nsessions++;
+				*present = false;
+			} else if (!busy) {
+				*present = true;
+			}
+			if (!busy) {
+				WEFT_WITH_LOCK(&s->lock) {
+					s->conn = c;
+					atomic_store(&s->online, 1);
+					s->will_pending = false;
+					s->will_gen++;
+					s->expire_at = 0;
+					pool_free(s->out);
+					s->out = NULL;
+					s->out_len = s->out_cap = 0;
+				}
+				session_ref(s);
+			}
+		}
+		if (!busy)
+			break;
+		if (tries > 5000) /* 5 s: the old connection is stuck; refuse */
+			return NULL;
+		weft_sleep_until(weft_now() + 1000000);
+	}
+	if (old) {
+		msg *will = NULL;
+		WEFT_WITH_LOCK(&old->lock) {
+			if (old->will_pending)
+				will = old->will, old->will = NULL;
+			old->will_pending = false;
+		}
+		if (will)
+			publish_will(will);
+		session_end(old);
+	}
+	return s;
+}
+
+void session_detach(conn *c, bool publish_will_now)
+{
+	session *s = c->s;
+	msg *will = NULL;
+	bool end = false;
+	int64_t now = weft_now();
+	WEFT_WITH_LOCK(&s->lock) {
+		while (s->writing)
+			weft_cond_wait(&s->idle, &s->lock);
+		s->conn = NULL;
+		atomic_store(&s->online, 0);
+		pool_free(s->out);
+		s->out = NULL;
+		s->out_len = s->out_cap = 0;
+		if (!publish_will_now) {
+			msg_unref(s->will);
+			s->will = NULL;
+		}
+		end = s->expiry_interval == 0;
+		if (s->will) {
+			uint32_t delay = s->will_delay;
+			if (delay > s->expiry_interval)
+				delay = s->expiry_interval;
+			if (delay == 0 || end) {
+				will = s->will;
+				s->will = NULL;
+			} else {
+				s->will_pending = true;
+				s->will_at = now + (int64_t)delay * 1000000000;
+			}
+		}
+		if (!end && s->expiry_interval != UINT32_MAX)
+			s->expire_at = now + (int64_t)s->expiry_interval * 1000000000;
+	}
+	if (will)
+		publish_will(will);
+	if (end) {
+		bool mine = false;
+		WEFT_WITH_LOCK(&tlock) {
+			session *t = find(s->client_id, s->id_len, s->hash);
+			if (t == s) {
+				unlink_locked(s);
+				mine = true;
+			}
+		}
+		if (mine)
+			session_end(s);
+	}
+	c->s = NULL;
+	session_unref(s);
+}
+
+void sessions_reap(int64_t now)
+{
+	route_buf wills = { 0 }, ends = { 0 };
+	WEFT_WITH_LOCK(&tlock) {
+		for (int b = 0; b < NBUCKETS; b++) {
+			session **pp = &table[b];
+			while (*pp) {
+				session *s = *pp;
+				bool expire = false;
+				if (!atomic_load_explicit(&s->online, memory_order_relaxed)) {
+					WEFT_WITH_LOCK(&s->lock) {
+						if (s->conn)
+							break;
+						if (s->will_pending && s->will_at <= now) {
+							msg **v = route_grow(&wills, sizeof(msg *), wills.n + 1);
+							v[wills.n++] = s->will;
+							s->will = NULL;
+							s->will_pending = false;
+						}
+						expire = s->expire_at && s->expire_at <= now;
+					}
+				}
+				if (expire) {
+					*pp = s->hnext;
+					nsessions--;
+					session **v = route_grow(&ends, sizeof(session *), ends.n + 1);
+					v[ends.n++] = s;
+				} else {
+					pp = &s->hnext;
+				}
+			}
+		}
+	}
+	for (uint32_t i = 0; i < wills.n; i++)
+		publish_will(((msg **)wills.v)[i]);
+	for (uint32_t i = 0; i < ends.n; i++) {
+		session *s = ((session **)ends.v)[i];
+		msg *will = NULL;
+		WEFT_WITH_LOCK(&s->lock) {
+			if (s->will_pending) /* the session ends before the will delay */
+				will = s->will, s->will = NULL;
+		}
+		if (will)
+			publish_will(will);
+		session_end(s);
+	}
+	free(wills.v);
+	free(ends.v);
+}
+
+void sessions_free_all(void)
+{
+	for (int b = 0; b < NBUCKETS; b++)
+		while (table[b]) {
+			session *s = table[b];
+			table[b] = s->hnext;
+			session_end(s);
+		}
+	nsessions = 0;
+}
+
+/* ---- output --------------------------------------------------------------------------------- */
+
+static uint8_t *out_room(session *s, size_t n)
+{
+	if (s->out_len + n > s->out_cap) {
+		size_t want = (s->out_len + n) * 2;
+		if (want < 4096 - 16)
+			want = 4096 - 16;
+		uint8_t *b = pool_alloc(want);
+		if (s->out_len)
+			memcpy(b, s->out, s->out_len);
+		pool_free(s->out);
+		s->out = b;
+		s->out_cap = (uint32_t)pool_size(b);
+	}
+	uint8_t *p = s->out + s->out_len;
+	s->out_len += (uint32_t)n;
+	return p;
+}
+
+/* The topic alias to use for topic on c (0: none); *fresh when the mapping is new (the topic
+ * must then be sent with it). */
+static uint16_t alias_for(conn *c, const msg *m, bool *fresh)
+{
+	*fresh = false;
+	if (!c->out_alias_max)
+		return 0;
+	uint32_t h = 2166136261u;
+	for (uint16_t i = 0; i < m->topic_len; i++)
+		h = (h ^ (uint8_t)m->topic[i]) * 16777619u;
+	for (uint16_t i = 0; i < c->out_alias_n; i++) {
+		alias_ent *a = &c->out_alias[i];
+		if (a->hash == h && a->len == m->topic_len && !memcmp(a->topic, m->topic, a->len))
+			return (uint16_t)(i + 1);
+	}
+	if (c->out_alias_n >= c->out_alias_max)
+		return 0;
+	if (!c->out_alias) {
+		c->out_alias = calloc(c->out_alias_max, sizeof(alias_ent));
+		if (!c->out_alias)
+			abort();
+	}
+	alias_ent *a = &c->out_alias[c->out_alias_n];
+	a->topic = malloc(m->topic_len + 1u);
+	if (!a->topic)
+		abort();
+	memcpy(a->topic, m->topic, m->topic_len);
+	a->hash = h;
+	a->len = m->topic_len;
+	*fresh = true;
+	return ++c->out_alias_n;
+}
+
+/* Encode a PUBLISH of m into s's output. Lock held, s->conn set. Returns 0, or -1 when the
+ * client's maximum packet size does not allow it (dropped). */
+static int encode_pub(session *s, msg *m, int qos, uint16_t pid, int dup, int retain,
+		      const uint32_t *subids, int nsub, int64_t now)
+{
+	conn *c = s->conn;
+	uint8_t pre[64];
+	mq_pb pb = { pre, 0, sizeof pre, 0 };
+	mq_pub_enc e = { s->version, qos, dup, retain, pid, m->topic, m->topic_len, NULL, 0,
+			 m->payload, m->payload_len, NULL, 0 };
+	if (s->version == 5) {
+		if (m->expiry) {
+			int64_t left = (m->expiry - now + 999999999) / 1000000000;
+			mq_pb_u32(&pb, MQ_P_MESSAGE_EXPIRY, (uint32_t)(left > 0 ? left : 1));
+		}
+		for (int i = 0; i < nsub; i++)
+			mq_pb_varint(&pb, MQ_P_SUBSCRIPTION_ID, subids[i]);
+		e.props = pre;
+		e.props_len = pb.len;
+		e.props2 = m->props;
+		e.props2_len = m->props_len;
+		if (s->max_packet && mq_enc_publish_len(&e) > s->max_packet)
+			return -1;
+		bool fresh;
+		uint16_t alias = c->out_alias_max ? alias_for(c, m, &fresh) : 0;
+		if (alias) {
+			mq_pb_u16(&pb, MQ_P_TOPIC_ALIAS, alias);
+			e.props_len = pb.len;
+			if (!fresh)
+				e.topic_len = 0;
+		}
+	}
+	size_t n = mq_enc_publish_len(&e);
+	mq_enc_publish(out_room(s, n), &e);
+	stats_add(ST_PUB_SENT, 1);
+	stats_add(ST_MSG_SENT, 1);
+	return 0;
+}
+
+static uint16_t new_pid(session *s)
+{
+	for (;;) {
+		uint16_t p = s->next_pid++;
+		if (!s->next_pid)
+			s->next_pid = 1;
+		bool used = false;
+		for (dlv *d = s->inflight; d && !used; d = d->next)
+			used = d->pid == p;
+		if (!used)
+			return p;
+	}
+}
+
+static void inflight_append(session *s, dlv *d)
+{
+	d->next = NULL;
+	if (s->inflight_tail)
+		s->inflight_tail->next = d;
+	else
+		s->inflight = d;
+	s->inflight_tail = d;
+	s->ninflight++;
+}
+
+/* Send d now: it becomes inflight (or is dropped when too large). Lock held, connected. */
+static void start(session *s, dlv *d, int64_t now)
+{
+	d->pid = new_pid(s);
+	d->state = 0;
+	if (encode_pub(s, d->m, d->qos, d->pid, 0, d->retain, d->subid, d->nsub, now) < 0) {
+		stats_add(ST_PUB_DROPPED, 1);
+		msg_unref(d->m);
+		pool_free(d);
+		return;
+	}
+	inflight_append(s, d);
+}
+
+/* Move queued messages into the window. Lock held. */
+static void fill_window(session *s)
+{
+	if (!s->conn)
+		return;
+	int64_t now = weft_now();
+	while (s->queue && s->ninflight < s->window) {
+		dlv *d = s->queue;
+		s->queue = d->next;
+		if (!s->queue)
+			s->queue_tail = NULL;
+		s->nqueued--;
+		if (msg_expired(d->m, now)) {
+			msg_unref(d->m);
+			pool_free(d);
+			continue;
+		}
+		start(s, d, now);
+	}
+}
+
+/* After output was added under the lock: should `by` flush s at the end of its batch? */
+static bool want_flush(session *s, conn *by)
+{
+	if (!s->conn || !s->out_len || s->writing)
+		return false;
+	if (!by)
+		return true;
+	if (s->dirty_owner == by && s->dirty_batch == by->batch)
+		return false; /* already in by's list */
+	s->dirty_owner = by;
+	s->dirty_batch = by->batch;
+	return true;
+}
+
+static void after(session *s, conn *by, bool flush)
+{
+	if (!flush)
+		return;
+	if (by)
+		conn_mark_dirty(by, s);
+	else
+		session_flush(s);
+}
+
+void session_deliver(session *s, msg *m, int qos, int retain, const uint32_t *subids, int nsub,
+		     conn *by)
+{
+	bool flush = false, dropped = false;
+	int64_t now = m->expiry ? weft_now() : 0;
+	weft_mutex_lock(&s->lock);
+	if (s->dead) {
+		weft_mutex_unlock(&s->lock);
+		return;
+	}
+	if (qos == 0) {
+		if (!s->conn || s->out_len > conf.qos0_queue_bytes)
+			dropped = true;
+		else
+			dropped = encode_pub(s, m, 0, 0, 0, retain, subids, nsub, now) < 0;
+	} else if (s->conn && !s->queue && s->ninflight < s->window) {
+		dlv *d = pool_alloc(sizeof *d);
+		*d = (dlv){ NULL, msg_ref(m), 0, (uint8_t)qos, (uint8_t)retain, 0, (uint8_t)nsub, { 0 } };
+		memcpy(d->subid, subids, (size_t)nsub * sizeof *subids);
+		start(s, d, now);
+	} else if (s->nqueued < (uint32_t)conf.max_queued_messages) {
+		dlv *d = pool_alloc(sizeof *d);
+		*d = (dlv){ NULL, msg_ref(m), 0, (uint8_t)qos, (uint8_t)retain, 0, (uint8_t)nsub, { 0 } };
+		memcpy(d->subid, subids, (size_t)nsub * sizeof *subids);
+		if (s->queue_tail)
+			s->queue_tail->next = d;
+		else
+			s->queue = d;
+		s->queue_tail = d;
+		s->nqueued++;
+	} else {
+		dropped = true;
+	}
+	flush = want_flush(s, by);
+	weft_mutex_unlock(&s->lock);
+	if (dropped)
+		stats_add(ST_PUB_DROPPED, 1);
+	after(s, by, flush);
+}
+
+void session_send(session *s, const void *pkt, size_t n, conn *by)
+{
+	bool flush = false;
+	WEFT_WITH_LOCK(&s->lock) {
+		if (!s->conn)
+			break;
+		memcpy(out_room(s, n), pkt, n);
+		flush = want_flush(s, by);
+	}
+	stats_add(ST_MSG_SENT, 1);
+	after(s, by, flush);
+}
+
+static void writer(void *arg);
+
+void session_flush(session *s)
+{
+	weft_mutex_lock(&s->lock);
+	conn *c = s->conn;
+	if (s->writing || !c || !s->out_len || c->closing) {
+		weft_mutex_unlock(&s->lock);
+		return;
+	}
+	s->writing = true;
+	for (;;) {
+		uint8_t *buf = s->out;
+		uint32_t len = s->out_len;
+		s->out = NULL;
+		s->out_len = s->out_cap = 0;
+		weft_mutex_unlock(&s->lock);
+		ssize_t n = weft_write(c->fd, buf, len, 0);
+		weft_mutex_lock(&s->lock);
+		if (n == (ssize_t)len) {
+			stats_add(ST_BYTES_SENT, len);
+			pool_free(buf);
+			if (s->out_len && s->conn == c && !c->closing)
+				continue;
+			break;
+		}
+		if (n >= 0 || n == -ETIMEDOUT) { /* the socket is full: a writer task waits */
+			c->wbuf = buf;
+			c->wlen = len;
+			c->woff = n > 0 ? (uint32_t)n : 0;
+			weft_spawn_opts o = { .name = "mqtt-writer", .detached = 1 };
+			if (weft_spawn_opt(writer, c, &o)) {
+				weft_mutex_unlock(&s->lock);
+				return;
+			}
+			pool_free(c->wbuf);
+			c->wbuf = NULL;
+		} else {
+			pool_free(buf);
+		}
+		shutdown(c->fd, SHUT_RDWR); /* broken: the reader will see it and end */
+		break;
+	}
+	s->writing = false;
+	weft_cond_broadcast(&s->idle);
+	weft_mutex_unlock(&s->lock);
+}
+
+/* Drain c's session output while the socket pushes back; ends when it is empty. */
+static void writer(void *arg)
+{
+	conn *c = arg;
+	session *s = c->s;
+	for (;;) {
+		ssize_t n = weft_write(c->fd, c->wbuf + c->woff, c->wlen - c->woff, WEFT_FOREVER);
+		if (n > 0)
+			stats_add(ST_BYTES_SENT, (uint64_t)n);
+		pool_free(c->wbuf);
+		c->wbuf = NULL;
+		weft_mutex_lock(&s->lock);
+		if (n != (ssize_t)(c->wlen - c->woff))
+			shutdown(c->fd, SHUT_RDWR);
+		else if (s->out_len && !c->closing) {
+			c->wbuf = s->out;
+			c->wlen = s->out_len;
+			c->woff = 0;
+			s->out = NULL;
+			s->out_len = s->out_cap = 0;
+			weft_mutex_unlock(&s->lock);
+			continue;
+		}
+		s->writing = false;
+		weft_cond_broadcast(&s->idle);
+		weft_mutex_unlock(&s->lock);
+		return;
+	}
+}
+
+/* ---- acknowledgements ----------------------------------------------------------------------- */
+
+/* Unlink and return the inflight delivery with pid (and qos, state), or NULL. Lock held. */
+static dlv *inflight_find(session *s, uint16_t pid, int qos, int state, bool unlink)
+{
+	dlv *prev = NULL;
+	for (dlv *d = s->inflight; d; prev = d, d = d->next) {
+		if (d->pid != pid)
+			continue;
+		if (d->qos != qos || d->state != state)
+			return NULL;
+		if (unlink) {
+			if (prev)
+				prev->next = d->next;
+			else
+				s->inflight = d->next;
+			if (s->inflight_tail == d)
+				s->inflight_tail = prev;
+			s->ninflight--;
+		}
+		return d;
+	}
+	return NULL;
+}
+
+static void done(session *s, dlv *d)
+{
+	msg_unref(d->m);
+	pool_free(d);
+	fill_window(s);
+}
+
+void session_puback(session *s, uint16_t pid, conn *by)
+{
+	bool flush = false;
+	WEFT_WITH_LOCK(&s->lock) {
+		dlv *d = inflight_find(s, pid, 1, 0, true);
+		if (d)
+			done(s, d);
+		flush = want_flush(s, by);
+	}
+	after(s, by, flush);
+}
+
+void session_pubrec(session *s, uint16_t pid, int reason, conn *by)
+{
+	bool flush = false;
+	WEFT_WITH_LOCK(&s->lock) {
+		dlv *d = inflight_find(s, pid, 2, 0, reason >= 0x80);
+		if (d && reason >= 0x80) {
+			done(s, d); /* the client refused it: the flow ends here */
+		} else if (s->conn) {
+			uint8_t pkt[8];
+			if (d)
+				d->state = 1;
+			size_t n = mq_enc_ack(pkt, s->version, MQ_PUBREL, pid,
+					      d ? 0 : MQ_RC_PACKET_ID_NOT_FOUND, NULL);
+			memcpy(out_room(s, n), pkt, n);
+		}
+		flush = want_flush(s, by);
+	}
+	after(s, by, flush);
+}
+
+void session_pubcomp(session *s, uint16_t pid, conn *by)
+{
+	bool flush = false;
+	WEFT_WITH_LOCK(&s->lock) {
+		dlv *d = inflight_find(s, pid, 2, 1, true);
+		if (d)
+			done(s, d);
+		flush = want_flush(s, by);
+	}
+	after(s, by, flush);
+}
+
+void session_resume(session *s, conn *by)
+{
+	bool flush = false;
+	int64_t now = weft_now();
+	WEFT_WITH_LOCK(&s->lock) {
+		dlv *prev = NULL;
+		for (dlv *d = s->inflight; d;) {
+			dlv *next = d->next;
+			int r = 0;
+			if (d->state == 0) {
+				r = encode_pub(s, d->m, d->qos, d->pid, 1, d->retain, d->subid, d->nsub, now);
+			} else {
+				uint8_t pkt[8];
+				size_t n = mq_enc_ack(pkt, s->version, MQ_PUBREL, d->pid, 0, NULL);
+				memcpy(out_room(s, n), pkt, n);
+			}
+			if (r < 0) { /* too large for this connection: dropped */
+				if (prev)
+					prev->next = next;
+				else
+					s->inflight = next;
+				if (s->inflight_tail == d)
+					s->inflight_tail = prev;
+				s->ninflight--;
+				msg_unref(d->m);
+				pool_free(d);
+			} else {
+				prev = d;
+			}
+			d = next;
+		}
+		fill_window(s);
+		flush = want_flush(s, by);
+	}
+	after(s, by, flush);
+}
+
+int session_rel_add(session *s, uint16_t pid, int max)
+{
+	int r = 0;
+	WEFT_WITH_LOCK(&s->lock) {
+		for (uint16_t i = 0; i < s->nrel; i++)
+			if (s->rel_ids[i] == pid) {
+				r = 1;
+				break;
+			}
+		if (r)
+			break;
+		if (s->nrel >= max) {
+			r = -1;
+			break;
+		}
+		if (s->nrel == s->rel_cap) {
+			uint16_t cap = s->rel_cap ? (uint16_t)(s->rel_cap * 2) : 8;
+			uint16_t *v = realloc(s->rel_ids, cap * sizeof *v);
+			if (!v)
+				abort();
+			s->rel_ids = v;
+			s->rel_cap = cap;
+		}
+		s->rel_ids[s->nrel++] = pid;
+	}
+	return r;
+}
+
+bool session_rel_del(session *s, uint16_t pid)
+{
+	bool found = false;
+	WEFT_WITH_LOCK(&s->lock) {
+		for (uint16_t i = 0; i < s->nrel; i++)
+			if (s->rel_ids[i] == pid) {
+				s->rel_ids[i] = s->rel_ids[--s->nrel];
+				found = true;
+				break;
+			}
+	}
+	return found;
+}

@@ -1,0 +1,647 @@
+/*
+ * topic.c - the topic tree: subscriptions and retained messages.
+ *
+ * One node per topic level. Publishers match against the tree concurrently and without any
+ * lock; subscribe, unsubscribe and retained-message changes take one writer mutex. What makes
+ * lock-free reading safe:
+ *
+ *  - A node's children are an open-addressing hash table that only grows: the writer fills an
+ *    empty slot with a release store, so a reader sees the new child whole or not at all.
+ *    When the table is half full the writer builds a twice-larger copy, publishes it, and
+ *    retires the old one through epoch.c. Nodes are never removed while the broker runs (an
+ *    empty node costs a few dozen bytes), so a reader never holds a dangling node.
+ *  - A node's subscribers are an immutable array, replaced whole on every change (copy on
+ *    write) and the old one retired. Subscription changes are rare next to publishes, and a
+ *    publisher then reads a plain array: no per-subscriber lock, no reference count.
+ *  - Shared subscriptions ($share/group/filter) are groups hanging off the filter's node, each
+ *    with its own immutable member array and a round-robin counter.
+ *
+ * Matching walks level by level keeping the set of nodes reached so far (exact child, '+'
+ * child; a '#' child contributes its subscribers at once), so a deep topic needs no
+ * recursion. Topics starting with '$' do not match a leading wildcard. A session subscribed
+ * through several matching filters gets one copy at the highest QoS with every subscription
+ * id: matches are sorted by session and merged, but only when more than one node matched.
+ *
+ * Retained messages sit in the nodes too, changed and read under the writer mutex (sending
+ * retained messages happens on subscribe, not on the publish path).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "broker.h"
+
+typedef struct sub {
+	session *s;
+	uint32_t subid;
+	uint8_t opts;
+} sub;
+
+typedef struct subarr {
+	uint32_t n;
+	sub e[];
+} subarr;
+
+typedef struct group {
+	atomic_uint rr;
+	_Atomic(subarr *) members;
+	uint16_t len;
+	char name[];
+} group;
+
+typedef struct grparr {
+	uint32_t n;
+	group *g[];
+} grparr;
+
+struct tnode;
+typedef struct ctab {
+	uint32_t mask, count;
+	_Atomic(struct tnode *) slot[];
+} ctab;
+
+typedef struct tnode {
+	uint32_t hash;
+	uint16_t len;
+	_Atomic(ctab *) kids;
+	_Atomic(subarr *) subs;
+	_Atomic(grparr *) groups;
+	msg *retained;
+	char name[];
+} tnode;
+
+static tnode *root;
+static weft_mutex wlock = WEFT_MUTEX_INIT;
+static long nretained, nsubs;
+
+static uint32_t hash(const char *s, size_t n)
+{
+	uint32_t h = 2166136261u;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (uint8_t)s[i]) * 16777619u;
+	return h;
+}
+
+static tnode *node_new(const char *name, uint16_t len, uint32_t h)
+{
+	tnode *n = calloc(1, sizeof *n + len + 1u);
+	if (!n)
+		abort();
+	n->hash = h;
+	n->len = len;
+	memcpy(n->name, name, len);
+	return n;
+}
+
+void topic_init(void)
+{
+	root = node_new("", 0, 0);
+}
+
+static tnode *child(tnode *n, const char *s, uint16_t len, uint32_t h)
+{
+	ctab *t = atomic_load_explicit(&n->kids, memory_order_acquire);
+	if (!t)
+		return NULL;
+	for (uint32_t i = h & t->mask;; i = (i + 1) & t->mask) {
+		tnode *c = atomic_load_explicit(&t->slot[i], memory_order_acquire);
+		if (!c)
+			return NULL;
+		if (c->hash == h && c->len == len && !memcmp(c->name, s, len))
+			return c;
+	}
+}
+
+static ctab *ctab_new(uint32_t size)
+{
+	ctab *t = calloc(1, sizeof *t + size * sizeof(t->slot[0]));
+	if (!t)
+		abort();
+	t->mask = size - 1;
+	return t;
+}
+
+static void ctab_put(ctab *t, tnode *c)
+{
+	uint32_t i = c->hash & t->mask;
+	while (atomic_load_explicit(&t->slot[i], memory_order_relaxed))
+		i = (i + 1) & t->mask;
+	atomic_store_explicit(&t->slot[i], c, memory_order_release);
+	t->count++;
+}
+
+/* The child named s, created if missing. Writer lock held. */
+static tnode *child_make(tnode *n, const char *s, uint16_t len)
+{
+	uint32_t h = hash(s, len);
+	tnode *c = child(n, s, len, h);
+	if (c)
+		return c;
+	c = node_new(s, len, h);
+	ctab *t = atomic_load_explicit(&n->kids, memory_order_relaxed);
+	if (!t || (t->count + 1) * 2 > t->mask + 1) {
+		ctab *bigger = ctab_new(t ? (t->mask + 1) * 2 : 4);
+		for (uint32_t i = 0; t && i <= t->mask; i++) {
+			tnode *x = atomic_load_explicit(&t->slot[i], memory_order_relaxed);
+			if (x)
+				ctab_put(bigger, x);
+		}
+		atomic_store_explicit(&n->kids, bigger, memory_order_release);
+		if (t)
+			ebr_retire(t, free);
+		t = bigger;
+	}
+	ctab_put(t, c);
+	return c;
+}
+
+/* Split off the level of s[*pos..len): its start and length; advances *pos past the '/'. */
+static const char *level(const char *s, uint16_t len, uint32_t *pos, uint16_t *n)
+{
+	const char *p = s + *pos;
+	const char *slash = memchr(p, '/', len - *pos);
+	*n = (uint16_t)(slash ? slash - p : s + len - p);
+	*pos += *n + 1u;
+	return p;
+}
+
+/* The node of a topic or filter, created along the way. Writer lock held. */
+static tnode *path_make(const char *s, uint16_t len)
+{
+	tnode *n = root;
+	uint32_t pos = 0;
+	while (pos <= len) {
+		uint16_t k;
+		const char *l = level(s, len, &pos, &k);
+		n = child_make(n, l, k);
+	}
+	return n;
+}
+
+static tnode *path_find(const char *s, uint16_t len)
+{
+	tnode *n = root;
+	uint32_t pos = 0;
+	while (n && pos <= len) {
+		uint16_t k;
+		const char *l = level(s, len, &pos, &k);
+		n = child(n, l, k, hash(l, k));
+	}
+	return n;
+}
+
+/* ---- subscriber arrays (copy on write, writer lock held) --------------------------------- */
+
+/* A copy of a with s's entry set to e (added or replaced), or removed when e is NULL. */
+static subarr *subarr_with(subarr *a, session *s, const sub *e, int *found)
+{
+	uint32_t n = a ? a->n : 0;
+	subarr *b = malloc(sizeof *b + (n + 1) * sizeof(sub));
+	if (!b)
+		abort();
+	b->n = 0;
+	*found = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		if (a->e[i].s == s) {
+			*found = 1;
+			continue;
+		}
+		b->e[b->n++] = a->e[i];
+	}
+	if (e)
+		b->e[b->n++] = *e;
+	return b;
+}
+
+static void set_subs(_Atomic(subarr *) *slot, subarr *b)
+{
+	subarr *old = atomic_load_explicit(slot, memory_order_relaxed);
+	if (b && b->n == 0) {
+		free(b);
+		b = NULL;
+	}
+	atomic_store_explicit(slot, b, memory_order_release);
+	if (old)
+		ebr_retire(old, free);
+}
+
+static void group_free(void *p)
+{
+	group *g = p;
+	free(atomic_load_explicit(&g->members, memory_order_relaxed));
+	free(g);
+}
+
+/* Split "$share/group/filter": returns the filter part and sets the group, or NULL group. */
+static const char *share_split(const char *f, uint16_t *len, const char **g, uint16_t *glen)
+{
+	*g = NULL;
+	if (*len < 7 || memcmp(f, "$share/", 7))
+		return f;
+	const char *name = f + 7;
+	const char *slash = memchr(name, '/', *len - 7u);
+	*g = name;
+	*glen = (uint16_t)(slash - name);
+	*len = (uint16_t)(*len - (slash + 1 - f));
+	return slash + 1;
+}
+
+static group *group_find(tnode *n, const char *g, uint16_t glen, int make)
+{
+	grparr *a = atomic_load_explicit(&n->groups, memory_order_relaxed);
+	for (uint32_t i = 0; a && i < a->n; i++)
+		if (a->g[i]->len == glen && !memcmp(a->g[i]->name, g, glen))
+			return a->g[i];
+	if (!make)
+		return NULL;
+	group *x = calloc(1, sizeof *x + glen);
+	if (!x)
+		abort();
+	x->len = glen;
+	memcpy(x->name, g, glen);
+	uint32_t k = a ? a->n : 0;
+	grparr *b = malloc(sizeof *b + (k + 1) * sizeof(group *));
+	if (!b)
+		abort();
+	b->n = k + 1;
+	for (uint32_t i = 0; i < k; i++)
+		b->g[i] = a->g[i];
+	b->g[k] = x;
+	atomic_store_explicit(&n->groups, b, memory_order_release);
+	if (a)
+		ebr_retire(a, free);
+	return x;
+}
+
+static void group_drop_if_empty(tnode *n, group *x)
+{
+	if (atomic_load_explicit(&x->members, memory_order_relaxed))
+		return;
+	grparr *a = atomic_load_explicit(&n->groups, memory_order_relaxed);
+	grparr *b = NULL;
+	if (a->n > 1) {
+		b = malloc(sizeof *b + a->n * sizeof(group *));
+		if (!b)
+			abort();
+		b->n = 0;
+		for (uint32_t i = 0; i < a->n; i++)
+			if (a->g[i] != x)
+				b->g[b->n++] = a->g[i];
+	}
+	atomic_store_explicit(&n->groups, b, memory_order_release);
+	ebr_retire(a, free);
+	ebr_retire(x, group_free);
+}
+
+int topic_subscribe(session *s, const char *f, uint16_t len, uint8_t opts, uint32_t subid)
+{
+	const char *g;
+	uint16_t glen = 0;
+	f = share_split(f, &len, &g, &glen);
+	sub e = { s, subid, opts };
+	int found = 0;
+	WEFT_WITH_LOCK(&wlock) {
+		tnode *n = path_make(f, len);
+		_Atomic(subarr *) *slot = &n->subs;
+		if (g)
+			slot = &group_find(n, g, glen, 1)->members;
+		set_subs(slot, subarr_with(atomic_load_explicit(slot, memory_order_relaxed), s, &e,
+					   &found));
+		if (!found)
+			nsubs++;
+	}
+	return found;
+}
+
+int topic_unsubscribe(session *s, const char *f, uint16_t len)
+{
+	const char *g;
+	uint16_t glen = 0;
+	f = share_split(f, &len, &g, &glen);
+	int found = 0;
+	WEFT_WITH_LOCK(&wlock) {
+		tnode *n = path_find(f, len);
+		if (!n)
+			break;
+		group *x = g ? group_find(n, g, glen, 0) : NULL;
+		if (g && !x)
+			break;
+		_Atomic(subarr *) *slot = x ? &x->members : &n->subs;
+		subarr *a = atomic_load_explicit(slot, memory_order_relaxed);
+		if (!a)
+			break;
+		subarr *b = subarr_with(a, s, NULL, &found);
+		if (found) {
+			set_subs(slot, b);
+			nsubs--;
+			if (x)
+				group_drop_if_empty(n, x);
+		} else {
+			free(b);
+		}
+	}
+	return found;
+}
+
+long topic_sub_count(void)
+{
+	long n = 0;
+	WEFT_WITH_LOCK(&wlock)
+		n = nsubs;
+	return n;
+}
+
+/* ---- matching ------------------------------------------------------------------------------- */
+
+typedef struct hit {
+	session *s;
+	uint32_t subid;
+	uint8_t opts;
+	uint8_t shared;
+} hit;
+
+static void add_subs(tnode *n, session *from, route_buf *out, int *nodes)
+{
+	subarr *a = atomic_load_explicit(&n->subs, memory_order_acquire);
+	grparr *ga = atomic_load_explicit(&n->groups, memory_order_acquire);
+	if (a && a->n) {
+		hit *h = route_grow(out, sizeof(hit), out->n + a->n);
+		for (uint32_t i = 0; i < a->n; i++) {
+			const sub *e = &a->e[i];
+			if ((e->opts & SUB_NL) && e->s == from)
+				continue;
+			h[out->n++] = (hit){ e->s, e->subid, e->opts, 0 };
+		}
+		(*nodes)++;
+	}
+	for (uint32_t i = 0; ga && i < ga->n; i++) {
+		group *g = ga->g[i];
+		subarr *m = atomic_load_explicit(&g->members, memory_order_acquire);
+		if (!m || !m->n)
+			continue;
+		/* one member per message, round robin, preferring members that are online */
+		uint32_t start = atomic_fetch_add_explicit(&g->rr, 1, memory_order_relaxed);
+		const sub *pick = &m->e[start % m->n];
+		for (uint32_t k = 0; k < m->n; k++) {
+			const sub *e = &m->e[(start + k) % m->n];
+			if (atomic_load_explicit(&e->s->online, memory_order_relaxed)) {
+				pick = e;
+				break;
+			}
+		}
+		hit *h = route_grow(out, sizeof(hit), out->n + 1);
+		h[out->n++] = (hit){ pick->s, pick->subid, pick->opts, 1 };
+	}
+}
+
+static int hit_cmp(const void *a, const void *b)
+{
+	const hit *x = a, *y = b;
+	if (x->shared != y->shared)
+		return x->shared - y->shared;
+	return x->s < y->s ? -1 : x->s > y->s;
+}
+
+static void push_node(route_buf *b, tnode *n)
+{
+	tnode **v = route_grow(b, sizeof(tnode *), b->n + 1);
+	v[b->n++] = n;
+}
+
+/* Find every subscription matching topic into out (hits). Returns the nodes that matched. */
+static int match(const char *topic, uint16_t len, session *from, route_buf *out,
+		 route_buf *front, route_buf *next)
+{
+	static uint32_t hplus, hhash;
+	if (!hplus)
+		hplus = hash("+", 1), hhash = hash("#", 1);
+	int nodes = 0;
+	int dollar = len && topic[0] == '$';
+	out->n = front->n = 0;
+	push_node(front, root);
+	uint32_t pos = 0;
+	for (int depth = 0; pos <= len && front->n; depth++) {
+		uint16_t k;
+		const char *l = level(topic, len, &pos, &k);
+		uint32_t h = hash(l, k);
+		next->n = 0;
+		for (uint32_t i = 0; i < front->n; i++) {
+			tnode *n = ((tnode **)front->v)[i];
+			if (!(depth == 0 && dollar)) {
+				tnode *w = child(n, "#", 1, hhash);
+				if (w)
+					add_subs(w, from, out, &nodes);
+				w = child(n, "+", 1, hplus);
+				if (w)
+					push_node(next, w);
+			}
+			tnode *c = child(n, l, k, h);
+			if (c)
+				push_node(next, c);
+		}
+		route_buf t = *front;
+		*front = *next;
+		*next = t;
+	}
+	for (uint32_t i = 0; i < front->n; i++) {
+		tnode *n = ((tnode **)front->v)[i];
+		add_subs(n, from, out, &nodes);
+		tnode *w = child(n, "#", 1, hhash); /* "a/#" matches "a" */
+		if (w)
+			add_subs(w, from, out, &nodes);
+	}
+	return nodes;
+}
+
+int topic_publish(msg *m, session *from, conn *by)
+{
+	route_buf lm = { 0 }, lf = { 0 }, ln = { 0 };
+	ebr_reader local;
+	route_buf *out = by ? &by->match : &lm, *front = by ? &by->front : &lf,
+		  *next = by ? &by->front2 : &ln;
+	if (!by) {
+		ebr_register(&local);
+		ebr_enter(&local);
+	}
+	int nodes = match(m->topic, m->topic_len, from, out, front, next);
+	hit *h = out->v;
+	uint32_t n = out->n;
+	if (nodes > 1)
+		qsort(h, n, sizeof *h, hit_cmp);
+	int sent = 0;
+	for (uint32_t i = 0; i < n;) {
+		/* merge the run of one session's non-shared hits */
+		uint32_t j = i + 1;
+		int qos = h[i].opts & 3, rap = h[i].opts & SUB_RAP;
+		uint32_t ids[4];
+		int nids = 0;
+		if (h[i].subid)
+			ids[nids++] = h[i].subid;
+		while (nodes > 1 && !h[i].shared && j < n && !h[j].shared && h[j].s == h[i].s) {
+			if ((h[j].opts & 3) > qos)
+				qos = h[j].opts & 3;
+			rap |= h[j].opts & SUB_RAP;
+			if (h[j].subid && nids < 4)
+				ids[nids++] = h[j].subid;
+			j++;
+		}
+		if (qos > m->qos)
+			qos = m->qos;
+		session_deliver(h[i].s, m, qos, rap ? m->retain : 0, ids, nids, by);
+		sent++;
+		i = j;
+	}
+	if (!by) {
+		ebr_leave(&local);
+		ebr_unregister(&local);
+		free(lm.v);
+		free(lf.v);
+		free(ln.v);
+	}
+	return sent;
+}
+
+/* ---- retained messages ---------------------------------------------------------------------- */
+
+void topic_retain(msg *m)
+{
+	WEFT_WITH_LOCK(&wlock) {
+		tnode *n = m->payload_len ? path_make(m->topic, m->topic_len)
+					  : path_find(m->topic, m->topic_len);
+		if (!n)
+			break;
+		msg *old = n->retained;
+		n->retained = m->payload_len ? msg_ref(m) : NULL;
+		nretained += (n->retained != NULL) - (old != NULL);
+		msg_unref(old);
+	}
+}
+
+long topic_retained_count(void)
+{
+	long n = 0;
+	WEFT_WITH_LOCK(&wlock)
+		n = nretained;
+	return n;
+}
+
+typedef struct walk {
+	tnode *n;
+	uint32_t pos;  /* filter position of the level to match next */
+	int depth;
+	int all;       /* collect the whole subtree ('#') */
+} walk;
+
+static void collect(tnode *n, route_buf *out)
+{
+	if (n->retained) {
+		msg **v = route_grow(out, sizeof(msg *), out->n + 1);
+		v[out->n++] = msg_ref(n->retained);
+	}
+}
+
+/* Every retained message under a filter. Writer lock held. Iterative: topics may be deep. */
+static void retained_match(const char *f, uint16_t len, route_buf *out, route_buf *stack)
+{
+	walk *w = route_grow(stack, sizeof(walk), 1);
+	w[0] = (walk){ root, 0, 0, 0 };
+	stack->n = 1;
+	while (stack->n) {
+		walk x = ((walk *)stack->v)[--stack->n];
+		ctab *t = atomic_load_explicit(&x.n->kids, memory_order_relaxed);
+		if (x.all) {
+			collect(x.n, out);
+			for (uint32_t i = 0; t && i <= t->mask; i++) {
+				tnode *c = atomic_load_explicit(&t->slot[i], memory_order_relaxed);
+				if (!c || (x.depth == 0 && c->len && c->name[0] == '$'))
+					continue;
+				w = route_grow(stack, sizeof(walk), stack->n + 1);
+				w[stack->n++] = (walk){ c, 0, x.depth + 1, 1 };
+			}
+			continue;
+		}
+		if (x.pos > len) {
+			collect(x.n, out);
+			continue;
+		}
+		uint32_t pos = x.pos;
+		uint16_t k;
+		const char *l = level(f, len, &pos, &k);
+		if (k == 1 && l[0] == '#') {
+			x.all = 1;
+			if (x.depth == 0) { /* "#" at the top: not the node itself, not $ topics */
+				for (uint32_t i = 0; t && i <= t->mask; i++) {
+					tnode *c = atomic_load_explicit(&t->slot[i], memory_order_relaxed);
+					if (!c || (c->len && c->name[0] == '$'))
+						continue;
+					w = route_grow(stack, sizeof(walk), stack->n + 1);
+					w[stack->n++] = (walk){ c, 0, 1, 1 };
+				}
+				continue;
+			}
+			w = route_grow(stack, sizeof(walk), stack->n + 1);
+			w[stack->n++] = x;
+		} else if (k == 1 && l[0] == '+') {
+			for (uint32_t i = 0; t && i <= t->mask; i++) {
+				tnode *c = atomic_load_explicit(&t->slot[i], memory_order_relaxed);
+				if (!c || (x.depth == 0 && c->len && c->name[0] == '$'))
+					continue;
+				w = route_grow(stack, sizeof(walk), stack->n + 1);
+				w[stack->n++] = (walk){ c, pos, x.depth + 1, 0 };
+			}
+		} else {
+			tnode *c = child(x.n, l, k, hash(l, k));
+			if (c) {
+				w = route_grow(stack, sizeof(walk), stack->n + 1);
+				w[stack->n++] = (walk){ c, pos, x.depth + 1, 0 };
+			}
+		}
+	}
+}
+
+void topic_send_retained(session *s, const char *f, uint16_t len, int max_qos, uint32_t subid,
+			 conn *by)
+{
+	route_buf out = { 0 }, stack = { 0 };
+	WEFT_WITH_LOCK(&wlock)
+		retained_match(f, len, &out, &stack);
+	int64_t now = weft_now();
+	for (uint32_t i = 0; i < out.n; i++) {
+		msg *m = ((msg **)out.v)[i];
+		if (!msg_expired(m, now))
+			session_deliver(s, m, m->qos < max_qos ? m->qos : max_qos, 1, &subid,
+					subid ? 1 : 0, by);
+		msg_unref(m);
+	}
+	free(out.v);
+	free(stack.v);
+}
+
+/* Free the whole tree (at exit, after every task that reads it has ended). */
+void topic_free_all(void)
+{
+	route_buf stack = { 0 };
+	tnode **v = route_grow(&stack, sizeof(tnode *), 1);
+	v[0] = root;
+	stack.n = 1;
+	while (stack.n) {
+		tnode *n = ((tnode **)stack.v)[--stack.n];
+		ctab *t = atomic_load_explicit(&n->kids, memory_order_relaxed);
+		for (uint32_t i = 0; t && i <= t->mask; i++) {
+			tnode *c = atomic_load_explicit(&t->slot[i], memory_order_relaxed);
+			if (c) {
+				v = route_grow(&stack, sizeof(tnode *), stack.n + 1);
+				v[stack.n++] = c;
+			}
+		}
+		free(t);
+		free(atomic_load_explicit(&n->subs, memory_order_relaxed));
+		grparr *ga = atomic_load_explicit(&n->groups, memory_order_relaxed);
+		for (uint32_t i = 0; ga && i < ga->n; i++)
+			group_free(ga->g[i]);
+		free(ga);
+		msg_unref(n->retained);
+		free(n);
+	}
+	free(stack.v);
+	root = NULL;
+}
