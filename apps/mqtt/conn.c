@@ -677,6 +677,10 @@ void conn_serve(int fd, bool loopback)
 	c->loopback = is_loopback(fd);
 	c->version = 4;
 	c->max_in_packet = 268435460;
+	/* batch numbers unique across connections: a new conn at a freed one's address must not
+	 * match the dirty marks that one left in sessions */
+	static _Atomic uint64_t serial;
+	c->batch = (atomic_fetch_add(&serial, 1) + 1) << 32;
 	atomic_init(&c->kick_rc, 0);
 	ebr_register(&c->rd);
 	WEFT_WITH_LOCK(&list_lock) {
