@@ -276,6 +276,9 @@ static int grow(struct guard_rt *g)
 /* The entry for key, created if missing. Guard lock held. */
 static struct entry *lookup(struct guard_rt *g, const void *key)
 {
+	static const unsigned char none[1];
+	if (!key) /* a guard without key: one entry */
+		key = none;
 	if (g->count >= g->nbuckets && grow(g) && !g->nbuckets)
 		return NULL;
 	size_t i = hash(key, g->key_size) & (g->nbuckets - 1);

@@ -97,6 +97,8 @@ static void same_as_golden(const char *out, const char *golden)
 		}
 		CHECK(0);
 	}
+	free(a);
+	free(b);
 }
 
 TEST(golden_features)
@@ -134,6 +136,7 @@ TEST(flow_name_option)
 	snprintf(path, sizeof path, "%s/my_flow_flow.c", tmp);
 	char *c = slurp(path);
 	CHECK(c && strstr(c, "weft_flow my_flow_flow = {"));
+	free(c);
 	unlink(path);
 	snprintf(path, sizeof path, "%s/my_flow_flow.h", tmp);
 	CHECK(access(path, R_OK) == 0);
@@ -177,6 +180,7 @@ static void bad(const char *name)
 	closedir(d);
 	CHECK_EQ(files, 0);
 	rmdir(tmp);
+	free(text);
 }
 
 #define BAD(name) \
@@ -245,4 +249,5 @@ TEST(never_crashes)
 	char cmd[1400];
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
 	CHECK_EQ(system(cmd), 0);
+	free(text);
 }

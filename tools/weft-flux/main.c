@@ -9,6 +9,7 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,24 +30,51 @@ void flux_fail(const struct loc *loc, const char *fmt, ...)
 	longjmp(fail_jmp, 1);
 }
 
-void *xmalloc(size_t n)
+/* Every allocation of one compile hangs on one list, freed when the compile ends: the passes
+ * never free anything themselves. */
+struct block {
+	struct block *prev, *next;
+	max_align_t align[];
+};
+
+static struct block arena = { &arena, &arena };
+
+static void *link_block(struct block *b)
 {
-	void *p = malloc(n ? n : 1);
-	if (!p) {
+	if (!b) {
 		fprintf(stderr, "weft-flux: out of memory\n");
 		exit(2);
 	}
-	return p;
+	b->next = arena.next;
+	b->prev = &arena;
+	arena.next->prev = b;
+	arena.next = b;
+	return b->align;
+}
+
+static void arena_free(void)
+{
+	while (arena.next != &arena) {
+		struct block *b = arena.next;
+		arena.next = b->next;
+		free(b);
+	}
+	arena.prev = &arena;
+}
+
+void *xmalloc(size_t n)
+{
+	return link_block(malloc(sizeof(struct block) + n));
 }
 
 void *xrealloc(void *p, size_t n)
 {
-	p = realloc(p, n ? n : 1);
-	if (!p) {
-		fprintf(stderr, "weft-flux: out of memory\n");
-		exit(2);
-	}
-	return p;
+	if (!p)
+		return xmalloc(n);
+	struct block *b = (struct block *)((char *)p - offsetof(struct block, align));
+	b->prev->next = b->next;
+	b->next->prev = b->prev;
+	return link_block(realloc(b, sizeof(struct block) + n));
 }
 
 char *xstrdup(const char *s)
@@ -120,5 +148,7 @@ int flux_main(int argc, char **argv)
 	}
 	if (!file)
 		return usage();
-	return compile(file, dir, name);
+	int r = compile(file, dir, name);
+	arena_free();
+	return r;
 }
