@@ -281,6 +281,12 @@ static inline void copy(void *dst, const void *src, size_t n)
 		memcpy(&b, (const char *)src + n - 8, 8);
 		memcpy(dst, &a, 8);
 		memcpy((char *)dst + n - 8, &b, 8);
+	} else if (n < 8 && n >= 4) { /* two overlapping half-words */
+		uint32_t a, b;
+		memcpy(&a, src, 4);
+		memcpy(&b, (const char *)src + n - 4, 4);
+		memcpy(dst, &a, 4);
+		memcpy((char *)dst + n - 4, &b, 4);
 	} else if (n) { /* memcpy's pointers must not be NULL, even for 0 bytes */
 		memcpy(dst, src, n);
 	}
@@ -460,6 +466,35 @@ static int park_on(weft_chan *c, struct waitq *q, struct waiter *me, const char 
 
 /* ---- public operations ------------------------------------------------------------------ */
 
+/* The waiting halves, called with the lock held, out of line: the waiter record and the
+ * registers they need would otherwise make every send and receive pay for a large frame. */
+static __attribute__((noinline)) int send_wait(weft_chan *c, const void *p, size_t len,
+					       int64_t deadline)
+{
+	int r = may_wait(deadline);
+	if (r) {
+		chan_unlock(&c->lock);
+		return r;
+	}
+	struct waiter *won = NULL;
+	struct waiter me = { .src = p, .len = len, .won = &won };
+	return park_on(c, &c->sendq, &me, "chan send", deadline);
+}
+
+static __attribute__((noinline)) int recv_wait(weft_chan *c, void *buf, size_t cap,
+					       int64_t deadline)
+{
+	int r = may_wait(deadline);
+	if (r) {
+		chan_unlock(&c->lock);
+		return r;
+	}
+	struct waiter *won = NULL;
+	struct waiter me = { .dst = buf, .len = cap, .won = &won };
+	r = park_on(c, &c->recvq, &me, "chan recv", deadline);
+	return r == 0 ? (int)me.got : r;
+}
+
 static int chan_send(weft_chan *c, const void *p, size_t len, int64_t deadline)
 {
 	if (!c || (!p && len))
@@ -469,19 +504,12 @@ static int chan_send(weft_chan *c, const void *p, size_t len, int64_t deadline)
 	struct waiter *wk = NULL;
 	chan_lock(&c->lock);
 	int r = send_now(c, p, len, &wk);
-	if (r != -EAGAIN) {
-		chan_unlock(&c->lock);
-		if (wk)
-			wake(c, wk, 0);
-		return r;
-	}
-	if ((r = may_wait(deadline))) {
-		chan_unlock(&c->lock);
-		return r;
-	}
-	struct waiter *won = NULL;
-	struct waiter me = { .src = p, .len = len, .won = &won };
-	return park_on(c, &c->sendq, &me, "chan send", deadline);
+	if (r == -EAGAIN)
+		return send_wait(c, p, len, deadline);
+	chan_unlock(&c->lock);
+	if (wk)
+		wake(c, wk, 0);
+	return r;
 }
 
 static int chan_recv(weft_chan *c, void *buf, size_t cap, int64_t deadline)
@@ -491,20 +519,12 @@ static int chan_recv(weft_chan *c, void *buf, size_t cap, int64_t deadline)
 	struct waiter *wk = NULL;
 	chan_lock(&c->lock);
 	int r = recv_now(c, buf, cap, &wk);
-	if (r != -EAGAIN) {
-		chan_unlock(&c->lock);
-		if (wk)
-			wake(c, wk, 0);
-		return r;
-	}
-	if ((r = may_wait(deadline))) {
-		chan_unlock(&c->lock);
-		return r;
-	}
-	struct waiter *won = NULL;
-	struct waiter me = { .dst = buf, .len = cap, .won = &won };
-	r = park_on(c, &c->recvq, &me, "chan recv", deadline);
-	return r == 0 ? (int)me.got : r;
+	if (r == -EAGAIN)
+		return recv_wait(c, buf, cap, deadline);
+	chan_unlock(&c->lock);
+	if (wk)
+		wake(c, wk, 0);
+	return r;
 }
 
 int weft_chan_send(weft_chan *c, const void *p, size_t len, int64_t deadline)

@@ -106,7 +106,7 @@ int wait_park(struct wait *w, int64_t deadline)
 	int r = result_of(w);
 	if (r == -ETIMEDOUT)
 		t->timer.heap = NULL; /* expiry took it out of the heap: no lock needed */
-	else
+	else if (t->timer.heap) /* only we set it: no lock to look */
 		timer_del(&t->timer);
 	return r;
 }
