@@ -31,7 +31,7 @@ static void walk(const mq_packet *pk, int version)
 		mq_pub_enc e = { version, pk->publish.qos, pk->publish.dup, pk->publish.retain,
 				 pk->packet_id, pk->publish.topic.p, (uint16_t)pk->publish.topic.len,
 				 pk->props.raw.p, pk->props.raw.len, pk->publish.payload.p,
-				 pk->publish.payload.len };
+				 pk->publish.payload.len, NULL, 0 };
 		size_t n = mq_enc_publish_len(&e);
 		uint8_t *out = malloc(n);
 		if (mq_enc_publish(out, &e) != n)

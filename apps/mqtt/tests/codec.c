@@ -299,7 +299,7 @@ TEST(encode_roundtrip)
 	CHECK_EQ(mq_decode(buf, n, 5, &pk), 0);
 	CHECK_EQ(pk.props.session_expiry, 60);
 	CHECK(eq(pk.props.assigned_client_id, "auto-1"));
-	mq_pub_enc e = { 5, 2, 1, 1, 99, "x/y", 3, pb, props.len, "payload", 7 };
+	mq_pub_enc e = { 5, 2, 1, 1, 99, "x/y", 3, pb, props.len, "payload", 7, NULL, 0 };
 	mq_pb p2 = { pb, 0, sizeof pb, 0 };
 	mq_pb_varint(&p2, MQ_P_SUBSCRIPTION_ID, 300);
 	mq_pb_varint(&p2, MQ_P_SUBSCRIPTION_ID, 2);
