@@ -14,6 +14,8 @@ node CellFirst (int k, guard Cell(k) as c, guard Table/write(k) as t) => ();
 node TableFirst (int k, guard Table/write(k) as t, guard Cell(k) as c) => ();
 node Rd2 (int k, guard Table/read(k) as t) => ();
 condition readOnly (int k) => bool;
+condition poolOnly (int k) => bool;
 source GGen -> Fan;
 Fan : [readOnly] = Rd & Rd2;
+Fan : [poolOnly] = Pl;
 Fan : [*] = Ex & Rd & Wr & Pl & CellFirst & TableFirst;
