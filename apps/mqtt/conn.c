@@ -461,6 +461,10 @@ static int handle(conn *c, const uint8_t *p, size_t n, bool *will)
 /* Flush every session this batch wrote to. */
 static void flush_dirty(conn *c)
 {
+	/* Let the other connections this worker has ready run their batches first: under
+	 * fan-in they append to the same receivers, and one write then carries them all. */
+	if (c->dirty.n)
+		weft_yield();
 	session **v = c->dirty.v;
 	for (uint32_t i = 0; i < c->dirty.n; i++)
 		session_flush(v[i]);
