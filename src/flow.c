@@ -33,7 +33,9 @@
  * set of keys.
  *
  * Ending. in_flight counts the events that exist (a source's event exists until the source
- * stops). Stop sets a flag the sources check after each run; kill also makes every event that
+ * stops). It is one shared counter, so it is touched as little as possible: new events are
+ * counted in one addition before they are spawned, and a continuation takes over the count of
+ * the event it follows, so a chain of nodes costs one addition and one subtraction in all. Stop sets a flag the sources check after each run; kill also makes every event that
  * has not started yet (or is woken from a guard queue) release what it holds and vanish, and
  * stops the routing of outputs. The last event to go posts `done`, and weft_flow_run returns.
  *
@@ -208,11 +210,26 @@ static struct event *ev_alloc(struct weft_flow_rt *rt, int node)
 	ev->started = ev->dropped = false;
 	ev->rt = rt;
 	*(struct event **)((char *)ev + rt->out_off - sizeof(void *)) = ev;
-	atomic_fetch_add_explicit(&rt->in_flight, 1, memory_order_relaxed);
 	return ev;
 }
 
-static void ev_free(struct event *ev)
+/* Count n more events in flight; done before they can run. */
+static void flight_add(struct weft_flow_rt *rt, long n)
+{
+	if (n)
+		atomic_fetch_add_explicit(&rt->in_flight, n, memory_order_relaxed);
+}
+
+/* One event fewer: the last one posts `done`. The release orders the event's last touches
+ * (of its free list too) before the waiter frees everything. */
+static void flight_done(struct weft_flow_rt *rt)
+{
+	if (atomic_fetch_sub_explicit(&rt->in_flight, 1, memory_order_acq_rel) == 1)
+		weft_sem_post(&rt->done);
+}
+
+/* Put ev back on a free list; the count in flight is the caller's business. */
+static void ev_release(struct event *ev)
 {
 	struct weft_flow_rt *rt = ev->rt;
 	int w = weft_worker_id();
@@ -239,9 +256,13 @@ static void ev_free(struct event *ev)
 		rt->nglobal++;
 		spin_unlock(&rt->glock);
 	}
-	/* release: the waiter of `done` then frees every event, this one included */
-	if (atomic_fetch_sub_explicit(&rt->in_flight, 1, memory_order_acq_rel) == 1)
-		weft_sem_post(&rt->done);
+}
+
+static void ev_free(struct event *ev)
+{
+	struct weft_flow_rt *rt = ev->rt;
+	ev_release(ev);
+	flight_done(rt);
 }
 
 /* ---- guards ------------------------------------------------------------------------------ */
@@ -470,8 +491,10 @@ static int prepare(struct event *ev)
 
 /* ---- routing ----------------------------------------------------------------------------- */
 
+/* New events, not yet counted in flight: whoever spawns them counts them first. */
 struct evlist {
 	struct event *head, *tail;
+	long n;
 };
 
 static void push(struct evlist *l, struct event *ev)
@@ -482,6 +505,7 @@ static void push(struct evlist *l, struct event *ev)
 	else
 		l->head = ev;
 	l->tail = ev;
+	l->n++;
 }
 
 /* Deliver a record to node t: an event for a concrete node, the rules of an abstract one. */
@@ -536,8 +560,9 @@ int weft_flow_emit(void *out)
 	struct weft_flow_rt *rt = ev->rt;
 	if (atomic_load_explicit(&rt->killed, memory_order_relaxed))
 		return -ECANCELED;
-	struct evlist l = { 0, 0 };
+	struct evlist l = { 0, 0, 0 };
 	route(rt, ev_node(ev), out, &l);
+	flight_add(rt, l.n);
 	if (weft_self()) {
 		spawn_all(l.head);
 	} else if (l.head) { /* a detached node on a pool thread: its task spawns them */
@@ -664,9 +689,10 @@ static void run_event(struct event *ev)
 		int64_t t1 = weft_now();
 		count(rt, ev->node, err != 0, t1 - t0);
 		t0 = t1;
-		struct evlist l = { 0, 0 };
+		struct evlist l = { 0, 0, 0 };
 		finish(ev, err, &l);
 		if (n->flags & WEFT_FLOW_SOURCE) {
+			flight_add(rt, l.n);
 			spawn_all(l.head);
 			if (atomic_load_explicit(&rt->stopping, memory_order_relaxed)) {
 				ev_free(ev);
@@ -681,10 +707,15 @@ static void run_event(struct event *ev)
 			t0 = weft_now();
 			continue;
 		}
-		ev_free(ev);
-		ev = l.head; /* the continuation */
-		if (ev)
-			spawn_all(ev->next);
+		if (!l.head) {
+			ev_free(ev);
+			return;
+		}
+		/* the continuation takes over ev's count: a chain costs no counting */
+		flight_add(rt, l.n - 1);
+		ev_release(ev);
+		ev = l.head;
+		spawn_all(ev->next);
 	}
 }
 
@@ -864,16 +895,18 @@ static int flow_body(weft_flow *f, int argc, char **argv)
 		struct event *ev = ev_alloc(rt, f->initials[i]);
 		if (!ev)
 			abort();
+		flight_add(rt, 1);
 		run_event(ev);
 	}
 	for (int i = 0; i < f->nsources; i++) {
 		struct event *ev = ev_alloc(rt, f->sources[i]);
 		if (!ev)
 			abort();
+		flight_add(rt, 1);
 		spawn_event(ev);
 	}
-	if (atomic_fetch_sub(&rt->in_flight, 1) != 1)
-		weft_sem_wait(&rt->done);
+	flight_done(rt);
+	weft_sem_wait(&rt->done);
 	/* the last ev_free posted `done` after its last touch of the lists; taking the lock
 	 * once orders that before the frees below */
 	spin_lock(&rt->glock);
