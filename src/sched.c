@@ -64,8 +64,9 @@ static struct {
 	int cap;                      /* workers allocated: the first n_cores, then spares */
 	struct worker **w;
 	pthread_mutex_t gq_lock;
-	weft_task *gq_head, *gq_tail;
-	atomic_int gq_n;
+	weft_task **gq;               /* the global queue: a ring of gq_cap (a power of two) */
+	uint32_t gq_cap, gq_head;
+	atomic_int gq_n;              /* its length, written under gq_lock */
 	atomic_int nidle, nspinning;
 	pthread_mutex_t idle_lock;
 	struct worker *idle;
@@ -107,16 +108,42 @@ uint64_t sched_new_id(struct worker *w)
 
 /* ---- queues ------------------------------------------------------------------------------ */
 
-static void global_push(weft_task *first, weft_task *last, int n)
+/*
+ * The global queue is a growable ring of task pointers under a mutex. Not a list linked
+ * through the tasks: when 10^5 timers fire at once and spill here, walking such a list under
+ * the lock costs a cache miss per task (bench/sleepers spent a quarter of its time so); copying
+ * pointers costs none. It only grows (by doubling; it is freed when weft_run ends).
+ */
+static void global_grow(uint32_t need)
 {
-	last->link = NULL;
+	uint32_t cap = S.gq_cap ? S.gq_cap : 1024;
+	while (cap < need)
+		cap *= 2;
+	weft_task **v = malloc(cap * sizeof *v);
+	if (!v) {
+		static const char msg[] = "weft: out of memory growing the global run queue\n";
+		if (write(2, msg, sizeof msg - 1) < 0) {
+		}
+		abort();
+	}
+	uint32_t n = (uint32_t)atomic_load_explicit(&S.gq_n, memory_order_relaxed);
+	for (uint32_t i = 0; i < n; i++)
+		v[i] = S.gq[(S.gq_head + i) & (S.gq_cap - 1)];
+	free(S.gq);
+	S.gq = v;
+	S.gq_cap = cap;
+	S.gq_head = 0;
+}
+
+static void global_push(weft_task *const *batch, uint32_t n)
+{
 	pthread_mutex_lock(&S.gq_lock);
-	if (S.gq_tail)
-		S.gq_tail->link = first;
-	else
-		S.gq_head = first;
-	S.gq_tail = last;
-	atomic_fetch_add(&S.gq_n, n);
+	uint32_t len = (uint32_t)atomic_load_explicit(&S.gq_n, memory_order_relaxed);
+	if (len + n > S.gq_cap)
+		global_grow(len + n);
+	for (uint32_t i = 0; i < n; i++)
+		S.gq[(S.gq_head + len + i) & (S.gq_cap - 1)] = batch[i];
+	atomic_store_explicit(&S.gq_n, (int)(len + n), memory_order_relaxed);
 	pthread_mutex_unlock(&S.gq_lock);
 }
 
@@ -125,28 +152,24 @@ static weft_task *global_pop(struct worker *w)
 {
 	if (atomic_load_explicit(&S.gq_n, memory_order_relaxed) == 0)
 		return NULL;
+	weft_task *batch[RUNQ_SIZE + 1];
+	/* only we push to our ring: its room can only grow while we copy */
+	uint32_t room = RUNQ_SIZE - runq_len(&w->q), n;
 	pthread_mutex_lock(&S.gq_lock);
-	weft_task *first = S.gq_head;
-	int taken = 0, want = atomic_load(&S.gq_n) / S.n + 1;
-	if (first) {
-		weft_task *t = first->link;
-		taken = 1;
-		/* Read each link before publishing its task in our ring: from there it can be
-		 * stolen, run, and queued here again (rewriting its link) before we look. */
-		while (taken < want && t) {
-			weft_task *next = t->link;
-			if (!runq_push(&w->q, t))
-				break;
-			t = next;
-			taken++;
-		}
-		S.gq_head = t;
-		if (!S.gq_head)
-			S.gq_tail = NULL;
-		atomic_fetch_sub(&S.gq_n, taken);
-	}
+	uint32_t len = (uint32_t)atomic_load_explicit(&S.gq_n, memory_order_relaxed);
+	n = len / (uint32_t)S.n + 1;
+	if (n > len)
+		n = len;
+	if (n > room + 1)
+		n = room + 1;
+	for (uint32_t i = 0; i < n; i++)
+		batch[i] = S.gq[(S.gq_head + i) & (S.gq_cap - 1)];
+	S.gq_head = (S.gq_head + n) & (S.gq_cap ? S.gq_cap - 1 : 0);
+	atomic_store_explicit(&S.gq_n, (int)(len - n), memory_order_relaxed);
 	pthread_mutex_unlock(&S.gq_lock);
-	return first;
+	for (uint32_t i = 1; i < n; i++)
+		runq_push(&w->q, batch[i]);
+	return n ? batch[0] : NULL;
 }
 
 /* A full ring moves half of itself, plus t, to the global queue. */
@@ -155,9 +178,7 @@ static __attribute__((noinline)) void spill(struct worker *w, weft_task *t)
 	weft_task *batch[RUNQ_SIZE / 2 + 1];
 	uint32_t n = runq_grab(&w->q, batch, RUNQ_SIZE / 2);
 	batch[n++] = t;
-	for (uint32_t i = 0; i + 1 < n; i++)
-		batch[i]->link = batch[i + 1];
-	global_push(batch[0], batch[n - 1], (int)n);
+	global_push(batch, n);
 }
 
 static inline void push_local(struct worker *w, weft_task *t)
@@ -223,7 +244,7 @@ __attribute__((noinline)) void sched_ready(weft_task *t)
 	struct worker *w = worker_self();
 	if (!w) {
 		atomic_fetch_add_explicit(&foreign_wakes, 1, memory_order_relaxed);
-		global_push(t, t, 1);
+		global_push(&t, 1);
 		atomic_thread_fence(memory_order_seq_cst); /* pairs with idle()'s re-check */
 		wake_idle();
 		return;
@@ -315,7 +336,7 @@ void sched_ready_tail(weft_task *t)
 	task_set_state(t, TASK_RUNNABLE);
 	struct worker *w = worker_self();
 	if (!w) {
-		global_push(t, t, 1);
+		global_push(&t, 1);
 		atomic_thread_fence(memory_order_seq_cst);
 	} else {
 		push_local(w, t);
@@ -1062,7 +1083,9 @@ int weft_run(int (*main_task)(void *), void *arg)
 	stack_each_live(discard_task, NULL);
 	stack_release_all();
 	free_workers();
-	S.gq_head = S.gq_tail = NULL;
+	free(S.gq);
+	S.gq = NULL;
+	S.gq_cap = S.gq_head = 0;
 	atomic_store(&S.gq_n, 0);
 	atomic_store(&S.nidle, 0);
 	atomic_store(&S.nspinning, 0);
