@@ -806,7 +806,10 @@ void weft_flow_drop(void *out);
 int weft_flow_guard_set(weft_flow *f, int g, const void *key, void *value);
 int weft_flow_guard_add(weft_flow *f, int g, void *item);
 
-/* Per-node counters: runs (events), errors (non-zero returns), and time spent in the node. */
+/* Per-node counters: runs (events), errors (non-zero returns), and time spent in the node.
+ * The time is measured on one run in 16 (and each node's first run on each worker) and scaled
+ * up to all runs, since reading the clock can cost more than a small node; with
+ * $WEFT_FLOW_STATS set every run is timed. */
 typedef struct weft_flow_stats {
 	const char *name;
 	uint64_t events;
