@@ -54,7 +54,7 @@ EXAMPLES := $(patsubst examples/%.c,$(B)/bin/%,$(wildcard examples/*.c))
 # each fragment adds its programs to ALL, its test binaries to TESTS and benchmarks to BENCHES.
 .DEFAULT_GOAL := all
 ALL      :=
-include $(wildcard tools/*/build.mk apps/*/build.mk bench/*/build.mk tests/*/build.mk)
+include $(wildcard tools/*/*.mk apps/*/*.mk bench/*/*.mk tests/*/*.mk)
 
 all: $(B)/libweft.a $(B)/libweft.so $(B)/libweft-shim.so $(B)/weft.pc $(EXAMPLES) $(BENCHES) $(TESTS) $(ALL)
 ifeq ($(B),build)
