@@ -108,6 +108,16 @@ export async function stopBroker() {
 	rmSync(b.dir, { recursive: true, force: true });
 }
 
+// Whatever way this process ends, its broker ends with it.
+function killNow() {
+	if (!broker) return;
+	if (!broker.exited()) broker.child.kill('SIGKILL');
+	rmSync(broker.dir, { recursive: true, force: true });
+	broker = null;
+}
+process.on('exit', killNow);
+for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP']) process.on(sig, () => process.exit(1));
+
 export function brokerAlive() {
 	return broker && !broker.exited();
 }

@@ -1,0 +1,273 @@
+// raw.mjs - end-to-end tests that write MQTT packets byte by byte (node's net module), for what
+// well-behaved client libraries will not send: CONNACK return/reason codes and malformed input.
+//
+// Covers, for 3.1.1 and 5.0: CONNACK codes for an unsupported protocol version (0x01, or 0x84
+// in 5.0 form), an unknown protocol name (closed), an empty client id with a persistent session
+// in 3.1.1 (0x02) and an assigned client identifier in 5.0, anonymous clients refused (0x05 /
+// 0x87); CONNECT with its reserved flag set; malformed packets (a remaining length over four
+// bytes, PUBLISH before CONNECT, a second CONNECT, SUBSCRIBE with wrong fixed-header flags,
+// PUBLISH at QoS 3, a wildcard in a PUBLISH topic, invalid UTF-8 in a topic, an unknown 5.0
+// property, a topic alias over the maximum); a client that sends half a packet and stops, and
+// keep-alive enforcement (closed after 1.5 times the keep-alive); the receive maximum (no more
+// unacknowledged QoS 1 messages in flight to the client than it allows); a message over the
+// broker's message_size_limit. In every malformed case the offending client is disconnected
+// (in 5.0 any DISCONNECT it gets carries a reason code of 0x80 or more) while another client
+// goes on publishing and receiving, and the broker keeps running (run.mjs checks).
+// Against mosquitto 2.0.11: all pass but two, where mosquitto deviates from the specification:
+// keepalive_enforced_* (it drops a silent client after about 5 s, not 1.5 x a keep-alive of
+// 1 s: it checks keep-alives every few seconds) and receive_maximum_v5 (with a Receive Maximum
+// of 2, one PUBACK lets it send two more: three in flight, MQTT-3.3.4-9).
+import {
+	test, startBroker, client, raw, until, eq, assert, sleep, connectPacket, subscribePacket,
+	publishPacket, packet, str, u16, varint, CONNACK, PUBLISH, PUBACK, DISCONNECT,
+} from './lib.mjs';
+
+const tags = { 4: 'v311', 5: 'v5' };
+
+// The CONNACK's code: byte 1 of its body in both versions.
+const connackCode = (c) => c.of(CONNACK)[0]?.body[1];
+
+async function connected(version, opts = {}) {
+	const c = await raw();
+	await c.send(connectPacket({ version, ...opts }));
+	await until(() => c.of(CONNACK).length || c.closed, 3000, 'CONNACK');
+	eq(connackCode(c), 0, 'CONNACK accepted');
+	return c;
+}
+
+// A healthy pair of clients that must keep working whatever the others send.
+async function bystanders(version) {
+	const s = await client(version), p = await client(version);
+	await s.subscribeAsync('ok/t', { qos: 1 });
+	return async (what) => {
+		const n = s.messages.length;
+		await p.publishAsync('ok/t', what, { qos: 1 });
+		await until(() => s.messages.length > n, 3000, `the bystanders' message after ${what}`);
+		assert(s.connected && p.connected, `bystanders still connected after ${what}`);
+	};
+}
+
+async function expectDropped(c, version, what) {
+	await until(() => c.closed, 3000, `the broker to close the connection after ${what}`);
+	if (version === 5)
+		for (const d of c.of(DISCONNECT))
+			assert(d.body.length === 0 || d.body[0] >= 0x80, `DISCONNECT reason 0x${d.body[0]?.toString(16)} is an error`);
+}
+
+for (const v of [4, 5]) {
+	const tag = tags[v];
+
+	test(`connack_bad_protocol_version_${tag}`, async () => {
+		await startBroker();
+		const c = await raw();
+		await c.send(connectPacket({ version: v === 4 ? 7 : 6, clientId: 'badver' }));
+		await until(() => c.closed, 3000, 'the connection to close');
+		const code = connackCode(c);
+		assert(code === 0x01 || code === 0x84, `CONNACK unacceptable protocol version (got ${code})`);
+	});
+
+	test(`connack_bad_protocol_name_${tag}`, async () => {
+		await startBroker();
+		const c = await raw();
+		await c.send(connectPacket({ version: v, protocolName: 'MQTX' }));
+		await until(() => c.closed, 3000, 'the connection to close');
+		assert(!c.of(CONNACK).some((p) => p.body[1] === 0), 'no CONNACK accepting it');
+	});
+
+	test(`connack_not_authorized_${tag}`, async () => {
+		await startBroker({ allow_anonymous: 'false' });
+		const c = await raw();
+		await c.send(connectPacket({ version: v, clientId: 'anon' }));
+		await until(() => c.closed, 3000, 'the connection to close');
+		eq(connackCode(c), v === 4 ? 0x05 : 0x87, 'CONNACK not authorized');
+	});
+
+	test(`connect_reserved_flag_${tag}`, async () => {
+		await startBroker();
+		const ok = await bystanders(v);
+		const c = await raw();
+		await c.send(connectPacket({ version: v, flags: 0x03 })); // clean session + reserved bit
+		await expectDropped(c, v, 'CONNECT with the reserved flag');
+		assert(!c.of(CONNACK).some((p) => p.body[1] === 0), 'not accepted');
+		await ok('reserved flag');
+	});
+
+	test(`malformed_remaining_length_${tag}`, async () => {
+		await startBroker();
+		const ok = await bystanders(v);
+		const c = await connected(v);
+		await c.send(Buffer.from([0x30, 0xff, 0xff, 0xff, 0xff, 0x7f]));
+		await expectDropped(c, v, 'a five-byte remaining length');
+		await ok('bad remaining length');
+	});
+
+	test(`malformed_publish_before_connect_${tag}`, async () => {
+		await startBroker();
+		const ok = await bystanders(v);
+		const c = await raw();
+		await c.send(publishPacket('ok/t', 'sneaky', { version: v }));
+		await expectDropped(c, v, 'PUBLISH before CONNECT');
+		await ok('publish before connect');
+		await sleep(100);
+	});
+
+	test(`malformed_second_connect_${tag}`, async () => {
+		await startBroker();
+		const ok = await bystanders(v);
+		const c = await connected(v);
+		await c.send(connectPacket({ version: v, clientId: 'again' }));
+		await expectDropped(c, v, 'a second CONNECT');
+		await ok('second connect');
+	});
+
+	test(`malformed_subscribe_flags_${tag}`, async () => {
+		await startBroker();
+		const ok = await bystanders(v);
+		const c = await connected(v);
+		const sub = subscribePacket(1, 'ok/t', 1, v);
+		sub[0] = 0x80; // SUBSCRIBE's fixed-header flags must be 0010
+		await c.send(sub);
+		await expectDropped(c, v, 'SUBSCRIBE with flags 0000');
+		await ok('subscribe flags');
+	});
+
+	test(`malformed_publish_qos3_${tag}`, async () => {
+		await startBroker();
+		const ok = await bystanders(v);
+		const c = await connected(v);
+		const pub = publishPacket('ok/t', 'q3', { qos: 1, version: v });
+		pub[0] = 0x36; // QoS bits 11
+		await c.send(pub);
+		await expectDropped(c, v, 'PUBLISH at QoS 3');
+		await ok('qos 3');
+	});
+
+	test(`malformed_publish_wildcard_topic_${tag}`, async () => {
+		await startBroker();
+		const ok = await bystanders(v);
+		const c = await connected(v);
+		await c.send(publishPacket('ok/+', 'wild', { qos: 1, version: v }));
+		await expectDropped(c, v, 'a wildcard in a PUBLISH topic');
+		await ok('wildcard topic');
+	});
+
+	test(`malformed_utf8_topic_${tag}`, async () => {
+		await startBroker();
+		const ok = await bystanders(v);
+		const c = await connected(v);
+		const topic = Buffer.from([0x6f, 0x6b, 0x2f, 0xc0, 0x80]); // "ok/" + overlong NUL
+		const parts = [u16(topic.length), topic, u16(1)];
+		if (v === 5) parts.push(varint(0));
+		parts.push(Buffer.from('bad'));
+		await c.send(packet(3, 2, Buffer.concat(parts)));
+		await expectDropped(c, v, 'invalid UTF-8 in a topic');
+		await ok('bad utf-8');
+	});
+
+	test(`half_packet_then_silence_${tag}`, async () => {
+		await startBroker();
+		const ok = await bystanders(v);
+		const c = await connected(v, { keepalive: 1 });
+		const pub = publishPacket('ok/t', 'x'.repeat(100), { qos: 1, version: v });
+		await c.send(pub.subarray(0, 40)); // and nothing more
+		const t0 = Date.now();
+		await ok('half a packet (meanwhile)');
+		// Within 1.5 x the keep-alive, by the specification; 7 s allows for mosquitto, which
+		// checks keep-alives every 5 s (keepalive_enforced holds brokers to the 1.5 s).
+		await until(() => c.closed, 7000, 'the broker to drop the stalled client');
+		console.error(`  dropped after ${Date.now() - t0} ms`);
+		await ok('half a packet');
+	});
+
+	test(`keepalive_enforced_${tag}`, async () => {
+		await startBroker();
+		const c = await connected(v, { keepalive: 1 });
+		const t0 = Date.now();
+		await until(() => c.closed, 7000, 'the broker to drop the silent client');
+		const dt = Date.now() - t0;
+		assert(dt >= 900 && dt < 2500, `dropped after ${dt} ms: 1.5 x a keep-alive of 1 s (and a margin)`);
+	});
+
+	test(`message_size_limit_${tag}`, async () => {
+		await startBroker({ message_size_limit: 1000 });
+		const ok = await bystanders(v);
+		const s = await client(v);
+		await s.subscribeAsync('big/t', { qos: 1 });
+		// Refused either way: PUBACK (in 5.0 with an error reason) and not delivered, or the
+		// connection closed (in 5.0 DISCONNECT 0x95, packet too large).
+		const c = await connected(v);
+		await c.send(publishPacket('big/t', 'x'.repeat(5000), { qos: 1, id: 7, version: v }));
+		await c.send(publishPacket('big/t', 'small', { qos: 1, id: 8, version: v }));
+		await until(() => c.closed || c.of(PUBACK).length >= 2, 3000, 'PUBACKs or the connection closed');
+		await sleep(300);
+		eq(s.messages.map((m) => m.payload), c.closed ? [] : ['small'], 'the large message is not delivered');
+		if (v === 5 && !c.closed) assert(c.of(PUBACK)[0].body[2] >= 0x80, 'PUBACK with an error reason');
+		await ok('a message over the limit');
+	});
+}
+
+test('connack_empty_client_id_v311', async () => {
+	await startBroker();
+	const c = await raw();
+	await c.send(connectPacket({ version: 4, clientId: '', clean: false }));
+	await until(() => c.closed, 3000, 'the connection to close');
+	eq(connackCode(c), 0x02, 'CONNACK identifier rejected');
+	const d = await raw();
+	await d.send(connectPacket({ version: 4, clientId: '', clean: true }));
+	await until(() => d.of(CONNACK).length, 3000, 'CONNACK');
+	eq(connackCode(d), 0, 'an empty id with a clean session is accepted');
+});
+
+test('connack_assigned_client_id_v5', async () => {
+	await startBroker();
+	const c = await raw();
+	await c.send(connectPacket({ version: 5, clientId: '' }));
+	await until(() => c.of(CONNACK).length, 3000, 'CONNACK');
+	const body = c.of(CONNACK)[0].body;
+	eq(body[1], 0, 'accepted');
+	assert(body.includes(0x12), 'CONNACK carries an Assigned Client Identifier property');
+});
+
+test('malformed_unknown_property_v5', async () => {
+	await startBroker();
+	const ok = await bystanders(5);
+	const c = await connected(5);
+	await c.send(publishPacket('ok/t', 'prop', { qos: 1, version: 5, props: Buffer.from([0x7f, 0x00]) }));
+	await expectDropped(c, 5, 'an unknown property');
+	await ok('unknown property');
+});
+
+test('topic_alias_over_maximum_v5', async () => {
+	await startBroker();
+	const ok = await bystanders(5);
+	const c = await connected(5);
+	// Topic Alias 0xffff: over any maximum the broker can have announced.
+	await c.send(publishPacket('ok/t', 'alias', { qos: 1, version: 5, props: Buffer.from([0x23, 0xff, 0xff]) }));
+	await expectDropped(c, 5, 'a topic alias over the maximum');
+	const d = c.of(DISCONNECT)[0];
+	if (d) eq(d.body[0], 0x94, 'DISCONNECT reason: topic alias invalid');
+	await ok('topic alias');
+});
+
+test('receive_maximum_v5', async () => {
+	await startBroker();
+	// Receive Maximum 2: at most two QoS 1 PUBLISHes unacknowledged at once.
+	const c = await connected(5, { clientId: 'rm', props: Buffer.from([0x21, 0x00, 0x02]) });
+	await c.send(subscribePacket(1, 'rm/t', 1, 5));
+	await until(() => c.of(9).length, 3000, 'SUBACK');
+	const p = await client(5);
+	for (let i = 0; i < 6; i++) await p.publishAsync('rm/t', `m${i}`, { qos: 1 });
+	await sleep(300);
+	eq(c.of(PUBLISH).length, 2, 'two messages in flight, no more');
+	const id = (pk) => pk.body.readUInt16BE(2 + pk.body.readUInt16BE(0));
+	await c.send(packet(4, 0, u16(id(c.of(PUBLISH)[0]))));
+	await until(() => c.of(PUBLISH).length >= 3, 3000, 'a third message once one is acknowledged');
+	await sleep(200);
+	eq(c.of(PUBLISH).length, 3, 'still no more than two in flight');
+	for (const pk of c.of(PUBLISH).slice(1)) await c.send(packet(4, 0, u16(id(pk))));
+	await until(() => c.of(PUBLISH).length >= 5, 3000, 'two more');
+	for (const pk of c.of(PUBLISH).slice(3)) await c.send(packet(4, 0, u16(id(pk))));
+	await until(() => c.of(PUBLISH).length >= 6, 3000, 'the last');
+	assert(!c.closed, 'still connected');
+	void str; void PUBACK;
+});
