@@ -16,8 +16,9 @@
  * the same task runs the source again (yielding once, so that the events it emitted get their
  * turn on a single worker, and sleeping while too many events are in flight). A detached node
  * runs through weft_blocking: the task parks while a pool thread runs the function, so a
- * blocking call in it holds no worker; pool threads get a timer slack of 1 ns, as the workers
- * have, so that their sleeps are as precise as tasks' sleeps.
+ * blocking call in it holds no worker. (Pool threads keep the kernel's default timer slack:
+ * giving them 1 ns, as workers have, made the dwarves' detached variant slower, as the
+ * kernel could no longer merge their many wake-ups.)
  *
  * Guards. A guard is a hash map from key (bytes, built from the input record by a generated
  * function) to an entry: the value, who holds it, and a FIFO of events waiting for it. A
@@ -54,7 +55,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "spin.h"
@@ -608,12 +608,7 @@ struct call {
 
 static void detached_call(void *arg)
 {
-	static __thread bool slack_set;
 	struct call *c = arg;
-	if (!slack_set) { /* pool threads sleep as precisely as workers do */
-		prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
-		slack_set = true;
-	}
 	const weft_flow_node *n = ev_node(c->ev);
 	c->result = n->call(ev_in(c->ev), ev_out(c->ev), c->atoms);
 }

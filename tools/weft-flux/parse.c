@@ -352,7 +352,12 @@ static char *read_all(const char *path, const struct loc *from)
 		if (cap - n - 1 == 0)
 			s = xrealloc(s, cap *= 2);
 	}
+	int err = ferror(f) ? errno : 0;
 	fclose(f);
+	if (err) {
+		struct loc l = { path, 1, 1 };
+		flux_fail(from ? from : &l, "cannot read %s: %s", path, strerror(err));
+	}
 	s[n] = 0;
 	if (strlen(s) != n) {
 		struct loc l = { path, 1, 1 };
