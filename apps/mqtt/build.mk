@@ -16,7 +16,8 @@ $(B)/obj/mqtt/%.o: apps/mqtt/%.c $(MQTT_HDR) | $(B)/obj/mqtt
 	$(CC) $(CFLAGS) -iquote apps/mqtt -c $< -o $@
 $(B)/bin/weft-mqtt: apps/mqtt/main.c $(MQTT_OBJ) $(B)/libweft.a | $(B)/bin
 	$(CC) $(CFLAGS) -iquote apps/mqtt $(LDFLAGS) -o $@ $< $(MQTT_OBJ) $(B)/libweft.a $(LDLIBS)
-$(B)/tests/mqtt_%: apps/mqtt/tests/%.c $(MQTT_OBJ) tests/test.c tests/test.h $(B)/libweft.a | $(B)/tests
+# The tests of the program (tests/broker.c) start the broker beside them: it is a prerequisite.
+$(B)/tests/mqtt_%: apps/mqtt/tests/%.c $(MQTT_OBJ) tests/test.c tests/test.h $(B)/libweft.a $(B)/bin/weft-mqtt | $(B)/tests
 	$(CC) $(CFLAGS) -Itests -iquote apps/mqtt $(LDFLAGS) -o $@ $< tests/test.c $(MQTT_OBJ) $(B)/libweft.a $(LDLIBS)
 
 # The fuzz target needs clang (libFuzzer); it decodes with both protocol levels.

@@ -1,0 +1,49 @@
+# weft-mqtt production modules, part 2: TLS over weft sockets (tls.c) and durable storage on
+# SQLite (store.c), with their tests and the store benchmark. See docs/weft-mqtt-durability.md.
+#
+#   make B=build build/tests/mqtt_tls build/tests/mqtt_store build/bench/mqtt-store
+#
+# They link -lssl -lcrypto -lsqlite3 (Debian libssl-dev, libsqlite3-dev), which the aarch64
+# cross build does not have: there the modules and their tests are left out.
+#
+# build.mk compiles every apps/mqtt/*.c into the broker and every apps/mqtt/tests/*.c into a
+# test binary. Until the broker links these modules itself, this fragment (read after build.mk)
+# keeps them out of it: the broker's link line drops tls.o and store.o (its recipe expands
+# MQTT_OBJ when it runs), the two objects it still lists as prerequisites become empty
+# placeholders, and the test binaries its wildcard names are replaced by the ones below.
+
+PROD2_NOT := $(B)/obj/mqtt/tls.o $(B)/obj/mqtt/store.o
+MQTT_OBJ  := $(filter-out $(PROD2_NOT),$(MQTT_OBJ))
+TESTS     := $(filter-out $(B)/tests/mqtt_tls_test $(B)/tests/mqtt_store_test,$(TESTS))
+# bench/*.c names the store benchmark too; it is built (below) only where SQLite links
+BENCHES   := $(filter-out $(B)/bench/mqtt-store,$(BENCHES))
+
+$(PROD2_NOT): | $(B)/obj/mqtt
+	$(CC) -c -x c /dev/null -o $@
+
+ifneq ($(ARCH),aarch64)
+PROD2_DIR := $(B)/obj/mqtt-prod2
+PROD2_TLS_LIBS := -lssl -lcrypto
+PROD2_STORE_LIBS := -lsqlite3
+
+TESTS   += $(B)/tests/mqtt_tls $(B)/tests/mqtt_store
+BENCHES += $(B)/bench/mqtt-store
+
+$(PROD2_DIR):
+	mkdir -p $@
+$(PROD2_DIR)/%.o: apps/mqtt/%.c apps/mqtt/%.h include/weft.h | $(PROD2_DIR)
+	$(CC) $(CFLAGS) -iquote apps/mqtt -c $< -o $@
+
+$(B)/tests/mqtt_tls: apps/mqtt/tests/tls_test.c $(PROD2_DIR)/tls.o tests/test.c tests/test.h \
+		$(B)/libweft.a | $(B)/tests
+	$(CC) $(CFLAGS) -Itests -iquote apps/mqtt $(LDFLAGS) -o $@ $< tests/test.c \
+		$(PROD2_DIR)/tls.o $(B)/libweft.a $(PROD2_TLS_LIBS) $(LDLIBS)
+$(B)/tests/mqtt_store: apps/mqtt/tests/store_test.c $(PROD2_DIR)/store.o tests/test.c \
+		tests/test.h $(B)/libweft.a | $(B)/tests
+	$(CC) $(CFLAGS) -Itests -iquote apps/mqtt $(LDFLAGS) -o $@ $< tests/test.c \
+		$(PROD2_DIR)/store.o $(B)/libweft.a $(PROD2_STORE_LIBS) $(LDLIBS)
+$(B)/bench/mqtt-store: bench/mqtt-store.c bench/bench.h $(PROD2_DIR)/store.o $(B)/libweft.a \
+		| $(B)/bench
+	$(CC) $(CFLAGS) -Ibench -iquote apps/mqtt $(LDFLAGS) -o $@ $< $(PROD2_DIR)/store.o \
+		$(B)/libweft.a $(PROD2_STORE_LIBS) $(LDLIBS)
+endif

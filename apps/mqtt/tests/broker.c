@@ -1,0 +1,490 @@
+/*
+ * Tests of the weft-mqtt broker as a program: each test starts build/bin/weft-mqtt (the one
+ * beside this test binary, built with the same sanitizer) on a free loopback port, talks raw
+ * MQTT to it over plain sockets, and stops it with SIGTERM, checking that it exits cleanly
+ * (under ASan that includes no leak). Bad input is the focus: the offending client is
+ * disconnected with the right reason code, and another client goes on unaffected.
+ * Cross builds run under qemu-user ($RUNNER set) cannot start the broker: the tests skip.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "codec.h"
+#include "test.h"
+
+static pid_t broker_pid;
+static int port;
+static char errlog[64];
+
+static int skip(void)
+{
+	const char *r = getenv("RUNNER");
+	if (r && *r) {
+		printf("skipped: the broker cannot be started under %s\n", r);
+		return 1;
+	}
+	return 0;
+}
+
+static int free_port(void)
+{
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof a;
+	CHECK(bind(s, (struct sockaddr *)&a, sizeof a) == 0);
+	CHECK(getsockname(s, (struct sockaddr *)&a, &len) == 0);
+	close(s);
+	return ntohs(a.sin_port);
+}
+
+static int dial(void)
+{
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	if (connect(s, (struct sockaddr *)&a, sizeof a) < 0) {
+		close(s);
+		return -1;
+	}
+	struct timeval tv = { 5, 0 };
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	int one = 1;
+	setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	return s;
+}
+
+static void broker_path(char *out, size_t cap)
+{
+	char tmp[PATH_MAX];
+	snprintf(tmp, sizeof tmp, "%s", test_argv0);
+	snprintf(out, cap, "%s/../bin/weft-mqtt", dirname(tmp));
+}
+
+/* Start the broker with extra configuration lines (or none: -p PORT). */
+static void start(const char *conf)
+{
+	char bin[PATH_MAX], file[64];
+	broker_path(bin, sizeof bin);
+	port = free_port();
+	snprintf(errlog, sizeof errlog, "/tmp/weft-mqtt-test-%d.log", (int)getpid());
+	snprintf(file, sizeof file, "/tmp/weft-mqtt-test-%d.conf", (int)getpid());
+	if (conf) {
+		FILE *f = fopen(file, "w");
+		CHECK(f);
+		fprintf(f, "listener %d 127.0.0.1\n%s", port, conf);
+		fclose(f);
+	}
+	broker_pid = fork();
+	CHECK(broker_pid >= 0);
+	if (broker_pid == 0) {
+		FILE *e = freopen(errlog, "w", stderr);
+		(void)e;
+		char p[16];
+		snprintf(p, sizeof p, "%d", port);
+		if (conf)
+			execl(bin, bin, "-c", file, (char *)NULL);
+		else
+			execl(bin, bin, "-p", p, (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 250; i++) {
+		int s = dial();
+		if (s >= 0) {
+			close(s);
+			return;
+		}
+		int st;
+		if (waitpid(broker_pid, &st, WNOHANG) == broker_pid) {
+			fprintf(stderr, "broker exited early (status %d)\n", st);
+			CHECK(0);
+		}
+		usleep(20000);
+	}
+	CHECK(!"the broker did not listen");
+}
+
+/* SIGTERM; returns the exit status (-signal if killed). */
+static int stop(void)
+{
+	kill(broker_pid, SIGTERM);
+	int st = 0;
+	for (int i = 0; i < 500; i++) {
+		if (waitpid(broker_pid, &st, WNOHANG) == broker_pid) {
+			if (WIFEXITED(st) && WEXITSTATUS(st) != 0) {
+				char buf[4096];
+				FILE *f = fopen(errlog, "r");
+				size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+				buf[n] = 0;
+				if (f)
+					fclose(f);
+				fprintf(stderr, "broker stderr:\n%s\n", buf);
+			}
+			unlink(errlog);
+			return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+		}
+		usleep(10000);
+	}
+	kill(broker_pid, SIGKILL);
+	waitpid(broker_pid, &st, 0);
+	return -SIGKILL;
+}
+
+static size_t unhex(const char *s, uint8_t *out)
+{
+	size_t n = 0;
+	while (*s) {
+		if (*s == ' ') {
+			s++;
+			continue;
+		}
+		unsigned v;
+		sscanf(s, "%2x", &v);
+		out[n++] = (uint8_t)v;
+		s += 2;
+	}
+	return n;
+}
+
+static void put(int s, const void *p, size_t n)
+{
+	CHECK_EQ(write(s, p, n), (long long)n);
+}
+
+static void puthex(int s, const char *h)
+{
+	uint8_t b[512];
+	put(s, b, unhex(h, b));
+}
+
+static int readn(int s, uint8_t *p, size_t n)
+{
+	size_t got = 0;
+	while (got < n) {
+		ssize_t r = read(s, p + got, n - got);
+		if (r <= 0)
+			return -1;
+		got += (size_t)r;
+	}
+	return 0;
+}
+
+/* One whole packet into buf (cap bytes); its length, or -1 at EOF/timeout. */
+static int next(int s, uint8_t *buf, size_t cap)
+{
+	if (readn(s, buf, 2) < 0)
+		return -1;
+	size_t n = 2;
+	while (buf[n - 1] & 0x80) {
+		if (readn(s, buf + n, 1) < 0)
+			return -1;
+		n++;
+	}
+	int hdr;
+	long total = mq_frame(buf, n, &hdr);
+	CHECK(total > 0 && (size_t)total <= cap);
+	if (readn(s, buf + n, (size_t)total - n) < 0)
+		return -1;
+	return (int)total;
+}
+
+/* Connect with CONNECT at version v, clean, keep-alive ka; check CONNACK success. */
+static int client(int v, const char *id, int ka)
+{
+	int s = dial();
+	CHECK(s >= 0);
+	uint8_t b[256];
+	put(s, b, mq_enc_connect(b, v, id, 1, (uint16_t)ka, NULL));
+	int n = next(s, b, sizeof b);
+	CHECK(n >= 4);
+	CHECK_EQ(b[0], 0x20);
+	CHECK_EQ(b[3], 0);
+	return s;
+}
+
+static void subscribe(int s, int v, const char *filter, int qos)
+{
+	uint8_t b[256];
+	put(s, b, mq_enc_subscribe(b, v, 1, filter, (uint8_t)qos, NULL));
+	CHECK(next(s, b, sizeof b) > 0);
+	CHECK_EQ(b[0], 0x90);
+}
+
+static void publish(int s, int v, const char *topic, const char *payload, int qos, uint16_t id)
+{
+	uint8_t b[512];
+	mq_pub_enc e = { v, qos, 0, 0, id, topic, (uint16_t)strlen(topic), NULL, 0, payload,
+			 (uint32_t)strlen(payload), NULL, 0 };
+	put(s, b, mq_enc_publish(b, &e));
+}
+
+/* Expect a PUBLISH of payload on s. */
+static void expect_pub(int s, int v, const char *payload)
+{
+	uint8_t b[512];
+	int n = next(s, b, sizeof b);
+	CHECK(n > 0);
+	mq_packet pk;
+	CHECK_EQ(mq_decode(b, (size_t)n, v, &pk), 0);
+	CHECK_EQ(pk.type, MQ_PUBLISH);
+	CHECK(pk.publish.payload.len == strlen(payload) &&
+	      !memcmp(pk.publish.payload.p, payload, pk.publish.payload.len));
+}
+
+/* The next packet is a 5.0 DISCONNECT with reason rc, then EOF. */
+static void expect_disconnect(int s, int rc)
+{
+	uint8_t b[64];
+	int n = next(s, b, sizeof b);
+	CHECK(n >= 3);
+	CHECK_EQ(b[0], 0xe0);
+	CHECK_EQ(b[2], rc);
+	CHECK_EQ(next(s, b, sizeof b), -1);
+}
+
+/* A healthy client still gets service. */
+static void others_fine(void)
+{
+	int sub = client(4, "healthy-sub", 60), pub = client(5, "healthy-pub", 60);
+	subscribe(sub, 4, "ok/+", 1);
+	publish(pub, 5, "ok/1", "still here", 0, 0);
+	expect_pub(sub, 4, "still here");
+	close(sub);
+	close(pub);
+}
+
+TEST(malformed_packet_disconnects_with_0x81)
+{
+	if (skip())
+		return;
+	start(NULL);
+	int s = client(5, "bad", 60);
+	puthex(s, "82 06 0001 0001 62 03"); /* SUBSCRIBE at QoS 3 */
+	expect_disconnect(s, MQ_RC_MALFORMED);
+	close(s);
+	others_fine();
+	CHECK_EQ(stop(), 0);
+}
+
+TEST(protocol_error_second_connect)
+{
+	if (skip())
+		return;
+	start(NULL);
+	int s = client(5, "twice", 60);
+	uint8_t b[64];
+	put(s, b, mq_enc_connect(b, 5, "twice", 1, 60, NULL));
+	expect_disconnect(s, MQ_RC_PROTOCOL_ERROR);
+	close(s);
+	others_fine();
+	CHECK_EQ(stop(), 0);
+}
+
+TEST(oversized_packet_disconnects_with_0x95)
+{
+	if (skip())
+		return;
+	start("message_size_limit 100\n");
+	int s = client(5, "big", 60);
+	/* a PUBLISH announcing 1 MB: refused from its header alone */
+	puthex(s, "30 80 80 40 0001 61");
+	expect_disconnect(s, MQ_RC_PACKET_TOO_LARGE);
+	close(s);
+	/* under the packet limit but over message_size_limit: dropped, QoS 1 answered 0x97 */
+	int t = client(5, "big2", 60);
+	char payload[201];
+	memset(payload, 'x', 200);
+	payload[200] = 0;
+	publish(t, 5, "a", payload, 1, 7);
+	uint8_t b[64];
+	CHECK(next(t, b, sizeof b) >= 5);
+	CHECK_EQ(b[0], 0x40);
+	CHECK_EQ(b[4], MQ_RC_QUOTA_EXCEEDED);
+	close(t);
+	others_fine();
+	CHECK_EQ(stop(), 0);
+}
+
+TEST(half_packet_then_silence)
+{
+	if (skip())
+		return;
+	start(NULL);
+	int s = client(5, "half", 1); /* keep-alive 1 s: cut after 1.5 s */
+	puthex(s, "30 20 0003 612f62"); /* 7 of 34 bytes */
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	expect_disconnect(s, MQ_RC_KEEP_ALIVE_TIMEOUT);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double dt = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	CHECK(dt > 1.2 && dt < 4);
+	close(s);
+	others_fine();
+	CHECK_EQ(stop(), 0);
+}
+
+TEST(garbage_before_connect)
+{
+	if (skip())
+		return;
+	start(NULL);
+	int s = dial();
+	puthex(s, "ff ff ff ff ff ff");
+	uint8_t b[64];
+	CHECK_EQ(next(s, b, sizeof b), -1); /* closed without a word */
+	close(s);
+	/* a PUBLISH before CONNECT: closed */
+	s = dial();
+	puthex(s, "30 05 0001 61 6869");
+	CHECK_EQ(next(s, b, sizeof b), -1);
+	close(s);
+	others_fine();
+	CHECK_EQ(stop(), 0);
+}
+
+TEST(connack_reason_codes)
+{
+	if (skip())
+		return;
+	start(NULL);
+	uint8_t b[64];
+	/* protocol level 6: 3.1.1 CONNACK 1 (unacceptable protocol version) */
+	int s = dial();
+	puthex(s, "10 0e 0004 4d515454 06 02 003c 0002 6331");
+	CHECK_EQ(next(s, b, sizeof b), 4);
+	CHECK_EQ(b[3], MQ_V3_BAD_VERSION);
+	close(s);
+	/* 3.1.1, empty client id without clean session: 2 (identifier rejected) */
+	s = dial();
+	puthex(s, "10 0c 0004 4d515454 04 00 003c 0000");
+	CHECK_EQ(next(s, b, sizeof b), 4);
+	CHECK_EQ(b[3], MQ_V3_ID_REJECTED);
+	close(s);
+	/* 5.0 with an authentication method: 0x8C (bad authentication method) */
+	s = dial();
+	puthex(s, "10 14 0004 4d515454 05 02 003c 05 15 0002 7878 0002 6331");
+	CHECK(next(s, b, sizeof b) >= 5);
+	CHECK_EQ(b[3], MQ_RC_BAD_AUTH_METHOD);
+	close(s);
+	/* 5.0 with a malformed property: CONNACK 0x81 */
+	s = dial();
+	puthex(s, "10 11 0004 4d515454 05 02 001e 02 7f 00 0002 6331");
+	CHECK(next(s, b, sizeof b) >= 5);
+	CHECK_EQ(b[3], MQ_RC_MALFORMED);
+	close(s);
+	/* 5.0, empty client id: assigned */
+	s = dial();
+	puthex(s, "10 0d 0004 4d515454 05 02 003c 00 0000");
+	int n = next(s, b, sizeof b);
+	mq_packet pk;
+	CHECK_EQ(mq_decode(b, (size_t)n, 5, &pk), 0);
+	CHECK_EQ(pk.reason, 0);
+	CHECK(pk.props.assigned_client_id.len > 0);
+	close(s);
+	CHECK_EQ(stop(), 0);
+}
+
+TEST(anonymous_refused_when_configured)
+{
+	if (skip())
+		return;
+	start("allow_anonymous false\n");
+	int s = dial();
+	uint8_t b[64];
+	put(s, b, mq_enc_connect(b, 5, "anon", 1, 60, NULL));
+	CHECK(next(s, b, sizeof b) >= 4);
+	CHECK_EQ(b[3], MQ_RC_NOT_AUTHORIZED);
+	close(s);
+	CHECK_EQ(stop(), 0);
+}
+
+TEST(topic_alias_out_of_range)
+{
+	if (skip())
+		return;
+	start(NULL);
+	int s = client(5, "alias", 60);
+	puthex(s, "30 08 0001 61 03 23 00 0b 78"); /* alias 11 > the 10 we allow */
+	expect_disconnect(s, MQ_RC_TOPIC_ALIAS_INVALID);
+	close(s);
+	s = client(5, "alias2", 60);
+	puthex(s, "30 07 0000 03 23 00 02 78"); /* alias 2 never set */
+	expect_disconnect(s, MQ_RC_PROTOCOL_ERROR);
+	close(s);
+	others_fine();
+	CHECK_EQ(stop(), 0);
+}
+
+TEST(qos2_resend_delivered_once)
+{
+	if (skip())
+		return;
+	start(NULL);
+	int sub = client(4, "q2sub", 60), pub = client(4, "q2pub", 60);
+	subscribe(sub, 4, "q2", 0);
+	uint8_t b[64];
+	publish(pub, 4, "q2", "once", 2, 9);
+	CHECK_EQ(next(pub, b, sizeof b), 4);
+	CHECK_EQ(b[0], 0x50); /* PUBREC */
+	publish(pub, 4, "q2", "once", 2, 9); /* the same id again, before PUBREL */
+	CHECK_EQ(next(pub, b, sizeof b), 4);
+	CHECK_EQ(b[0], 0x50);
+	puthex(pub, "62 02 0009"); /* PUBREL */
+	CHECK_EQ(next(pub, b, sizeof b), 4);
+	CHECK_EQ(b[0], 0x70); /* PUBCOMP */
+	publish(pub, 4, "q2", "after", 0, 0);
+	expect_pub(sub, 4, "once");
+	expect_pub(sub, 4, "after"); /* not a second "once" */
+	close(sub);
+	close(pub);
+	CHECK_EQ(stop(), 0);
+}
+
+TEST(sigterm_tells_v5_clients)
+{
+	if (skip())
+		return;
+	start(NULL);
+	int s = client(5, "bye", 60);
+	int t = client(4, "bye3", 60);
+	kill(broker_pid, SIGTERM);
+	expect_disconnect(s, MQ_RC_SERVER_SHUTTING_DOWN);
+	uint8_t b[8];
+	CHECK_EQ(next(t, b, sizeof b), -1);
+	close(s);
+	close(t);
+	CHECK_EQ(stop(), 0);
+}
+
+TEST(config_errors_name_the_line)
+{
+	if (skip())
+		return;
+	char bin[PATH_MAX], cmd[PATH_MAX + 256], err[512];
+	broker_path(bin, sizeof bin);
+	const char *f = "/tmp/weft-mqtt-badconf.conf";
+	FILE *o = fopen(f, "w");
+	CHECK(o);
+	fprintf(o, "# comment\nmax_queued_messages 10\nno_such_option 1\n");
+	fclose(o);
+	snprintf(cmd, sizeof cmd, "%s -c %s", bin, f);
+	CHECK(test_spawn(cmd, err, sizeof err) != 0);
+	CHECK(strstr(err, "weft-mqtt-badconf.conf:3: unknown option 'no_such_option'"));
+	o = fopen(f, "w");
+	fprintf(o, "max_inflight_messages lots\n");
+	fclose(o);
+	CHECK(test_spawn(cmd, err, sizeof err) != 0);
+	CHECK(strstr(err, ":1: max_inflight_messages needs a number"));
+	unlink(f);
+	snprintf(cmd, sizeof cmd, "%s --help", bin);
+	CHECK_EQ(test_spawn(cmd, err, sizeof err), 0);
+}
