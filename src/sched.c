@@ -164,7 +164,7 @@ static weft_task *global_pop(struct worker *w)
 		n = room + 1;
 	for (uint32_t i = 0; i < n; i++)
 		batch[i] = S.gq[(S.gq_head + i) & (S.gq_cap - 1)];
-	S.gq_head = (S.gq_head + n) & (S.gq_cap ? S.gq_cap - 1 : 0);
+	S.gq_head = (S.gq_head + n) & (S.gq_cap - 1);
 	atomic_store_explicit(&S.gq_n, (int)(len - n), memory_order_relaxed);
 	pthread_mutex_unlock(&S.gq_lock);
 	for (uint32_t i = 1; i < n; i++)
@@ -257,16 +257,15 @@ __attribute__((noinline)) void sched_ready(weft_task *t)
 	}
 }
 
-/* The inbox is a stack any worker pushes onto with a CAS and only its owner (or a stealer,
- * when the owner is stuck) empties, with one exchange. */
-static bool inbox_push(struct worker *v, weft_task *t)
+/* The inbox is a stack any worker pushes onto with a CAS, and its owner (or a worker allowed
+ * to steal from it) empties with one exchange. */
+static void inbox_push(struct worker *v, weft_task *t)
 {
 	weft_task *head = atomic_load_explicit(&v->inbox, memory_order_relaxed);
 	do
 		t->link = head;
 	while (!atomic_compare_exchange_weak_explicit(&v->inbox, &head, t, memory_order_seq_cst,
 						      memory_order_relaxed));
-	return head == NULL;
 }
 
 /* Move v's inbox into w's ring, oldest first. Returns how many. */

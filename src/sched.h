@@ -19,7 +19,7 @@ struct worker {
 	struct runq q;
 	weft_task *_Atomic next;      /* runs right after the current task: direct hand-off */
 	weft_task *_Atomic inbox;     /* tasks other workers woke onto this one (sched_ready_on),
-				       * linked by `link`, newest first; drained by the owner */
+				       * linked by `link`, newest first */
 	int id;
 	weft_task *cur;               /* running task; NULL while in the idle loop */
 	weft_task *prev;              /* the task just switched away from (finish_switch) */
