@@ -18,7 +18,7 @@ enum task_state { TASK_RUNNABLE, TASK_RUNNING, TASK_PARKED, TASK_DONE };
 struct weft_task {
 	struct stack stk;          /* first: stack.c finds the record through it */
 	weft_ctx ctx;
-	weft_task *link;           /* global run queue */
+	weft_task *link;           /* in a worker's inbox (sched.c) */
 	atomic_int on_cpu;         /* set while some worker runs on this stack */
 	atomic_int state;          /* enum task_state; see task_state() */
 	struct wait wait;          /* the one wait record the task parks on */
