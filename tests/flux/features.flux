@@ -1,7 +1,7 @@
 /* Every feature of the language, for the golden test (features_flow.[ch].golden). */
 include features_types.flux;   // a second .flux file
 include <stdint.h>;            // C headers for the types
-include "features.h";
+include "flux_types.h";
 
 exclusive Account (int id) => struct account *;
 readwrite Table (const char * name, int shard) => struct table *;
