@@ -2,7 +2,7 @@
 # bench/mqtt: weft-mqtt against mosquitto 2.0 through the same scenarios, driven by the same
 # load generator (weft-mqtt-load, on libmosquitto: neutral between the two brokers).
 #
-# Each broker is started in turn on a free 127.0.0.1 port with persistence off, then:
+# Both brokers are started, each on a free 127.0.0.1 port with persistence off, and go through:
 #   fanin     100 publishers -> 1 subscriber, one topic, QoS 0
 #   pairs-q0  50 publisher/subscriber pairs, a topic each, QoS 0
 #   pairs-q1  the same at QoS 1 (losses and duplicates checked)
@@ -10,8 +10,9 @@
 #   rate      50 pairs at a fixed 10,000 msgs/s in total, QoS 1: the latency run
 #   idle      10,000 idle connections to a freshly started broker: RSS per connection
 #   storm     connect/CONNACK/DISCONNECT, one at a time and from 4 threads: connections/s
-# The traffic scenarios run $RUNS times (default 3) after a 0.5 s warm-up each, and report the
-# median of: delivered msgs/s, the broker's CPU (utime+stime from /proc) per delivered message,
+# The brokers take turns run by run (weft-mqtt, mosquitto, weft-mqtt, ...), so that changes in
+# the machine's load fall on both. The traffic scenarios run $RUNS times (default 3) after a
+# 0.5 s warm-up each, and report the median of: delivered msgs/s, the broker's CPU (utime+stime from /proc) per delivered message,
 # and the latency quantiles from the payloads' timestamps. Ratio rows (weft-mqtt / mosquitto)
 # follow. Output: JSON lines as bench/bench.h's bench_emit writes them; progress on stderr.
 #
@@ -28,10 +29,11 @@ load=$here/bin/weft-mqtt-load
 weft=$here/bin/weft-mqtt
 RUNS=${RUNS:-3}
 tmp=$(mktemp -d)
-broker_pid=
+declare -A PORT PID
 
 cleanup() {
-	stop_broker
+	local who
+	for who in "${!PID[@]}"; do stop_broker "$who"; done
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -51,8 +53,9 @@ free_port() {
 	echo 18883
 }
 
-# Start broker $1 (mosquitto or weft-mqtt) on a free port; sets port and broker_pid.
+# Start broker $1 (mosquitto or weft-mqtt) on a free port: PORT[$1], PID[$1].
 start_broker() {
+	local port pid
 	port=$(free_port)
 	if [ "$1" = mosquitto ]; then
 		cat > "$tmp/mosquitto.conf" <<-EOF
@@ -63,34 +66,37 @@ start_broker() {
 		log_dest none
 		EOF
 		[ "${MOSQUITTO_NODELAY:-0}" = 1 ] && echo "set_tcp_nodelay true" >> "$tmp/mosquitto.conf"
-		(ulimit -n "$(ulimit -Hn)"; exec mosquitto -c "$tmp/mosquitto.conf") 2>"$tmp/broker.log" &
+		(ulimit -n "$(ulimit -Hn)"; exec mosquitto -c "$tmp/mosquitto.conf") 2>"$tmp/$1.log" &
 	else
-		(ulimit -n "$(ulimit -Hn)"; exec "$weft" -p "$port") 2>"$tmp/broker.log" &
+		(ulimit -n "$(ulimit -Hn)"; exec "$weft" -p "$port") 2>"$tmp/$1.log" &
 	fi
-	broker_pid=$!
+	pid=$!
+	PID[$1]=$pid
+	PORT[$1]=$port
 	for _ in $(seq 100); do
 		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 			return 0
 		fi
-		kill -0 "$broker_pid" 2>/dev/null || break
+		kill -0 "$pid" 2>/dev/null || break
 		sleep 0.05
 	done
 	echo "bench/mqtt: $1 did not start on port $port:" >&2
-	sed 's/^/    /' "$tmp/broker.log" >&2
-	broker_pid=
+	sed 's/^/    /' "$tmp/$1.log" >&2
+	stop_broker "$1"
 	return 1
 }
 
 stop_broker() {
-	[ -n "$broker_pid" ] || return 0
-	kill -TERM "$broker_pid" 2>/dev/null
+	local pid=${PID[$1]:-}
+	unset "PID[$1]"
+	[ -n "$pid" ] || return 0
+	kill -TERM "$pid" 2>/dev/null
 	for _ in $(seq 50); do
-		kill -0 "$broker_pid" 2>/dev/null || break
+		kill -0 "$pid" 2>/dev/null || break
 		sleep 0.05
 	done
-	kill -KILL "$broker_pid" 2>/dev/null
-	wait "$broker_pid" 2>/dev/null
-	broker_pid=
+	kill -KILL "$pid" 2>/dev/null
+	wait "$pid" 2>/dev/null
 }
 
 # field KEY < line: the value of KEY=value in the load generator's output line
@@ -98,18 +104,18 @@ field() { tr ' ' '\n' | sed -n "s/^$1=//p"; }
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "null" }'; }
 
-# Run one traffic scenario $RUNS times against the running broker; record medians in
-# $tmp/<broker>.<scenario>.<metric>.
+# One run of a traffic scenario, appended to $tmp/<broker>.<scenario>.runs.
 traffic() { # broker scenario args...
-	local who=$1 sc=$2 out=$tmp/$1.$2.runs
+	local who=$1 sc=$2
 	shift 2
-	: > "$out"
 	echo "  $who $sc: $*" >&2
-	for _ in $(seq "$RUNS"); do
-		if ! "$load" -p "$port" -b "$broker_pid" "$@" >> "$out"; then
-			echo "  $who $sc: the load generator reported a failure (above)" >&2
-		fi
-	done
+	"$load" -p "${PORT[$who]}" -b "${PID[$who]}" "$@" >> "$tmp/$who.$sc.runs" ||
+		echo "  $who $sc: the load generator reported a failure (above)" >&2
+}
+
+# The medians of a scenario's runs, in $tmp/<broker>.<scenario>.<metric>.
+summarize() { # broker scenario
+	local who=$1 sc=$2 out=$tmp/$1.$2.runs m
 	for m in recv_rate cpu_us_per_msg p50_us p99_us p999_us; do
 		field "$m" < "$out" | grep -v -e nan -e inf | median > "$tmp/$who.$sc.$m"
 	done
@@ -120,9 +126,8 @@ traffic() { # broker scenario args...
 }
 
 report_traffic() { # broker scenario description
-	local who=$1 sc=$2 what=$3 f=$tmp/$1.$2
+	local who=$1 sc=$2 what=$3 f=$tmp/$1.$2 loss
 	[ -s "$f.recv_rate" ] || return 0
-	local loss
 	loss=$(cat "$f.loss")
 	emit "$who $sc" "msgs/s" "$(cat "$f.recv_rate")" "delivered; $what; $loss; median of $RUNS"
 	emit "$who $sc cpu" "us/msg" "$(cat "$f.cpu_us_per_msg")" "broker CPU per delivered msg; $what"
@@ -154,36 +159,47 @@ declare -A WHAT=(
 	[rate]="50 pairs QoS 1 at 10000 msgs/s"
 )
 
-measure() { # broker
-	local who=$1
-	start_broker "$who" || return 1
+measure() { # brokers...
+	local who sc mode
+	for who in "$@"; do start_broker "$who" || return 1; done
 	for sc in $SCENARIOS; do
-		# shellcheck disable=SC2086
-		traffic "$who" "$sc" ${ARGS[$sc]}
-	done
-	echo "  $who storm" >&2
-	for mode in seq par; do
-		: > "$tmp/$who.storm-$mode.runs"
 		for _ in $(seq "$RUNS"); do
-			"$load" -p "$port" -b "$broker_pid" -C $mode -W 4 -d 1 >> "$tmp/$who.storm-$mode.runs"
+			for who in "$@"; do
+				# shellcheck disable=SC2086
+				traffic "$who" "$sc" ${ARGS[$sc]}
+			done
 		done
-		field conn_rate < "$tmp/$who.storm-$mode.runs" | median > "$tmp/$who.storm-$mode.rate"
-		field cpu_us_per_conn < "$tmp/$who.storm-$mode.runs" | grep -v nan | median \
-			> "$tmp/$who.storm-$mode.cpu"
+		for who in "$@"; do summarize "$who" "$sc"; done
 	done
-	stop_broker
-	# A fresh broker, so that the RSS counts the connections and not the heap left by the
-	# traffic above.
-	echo "  $who idle" >&2
-	start_broker "$who" || return 1
-	"$load" -p "$port" -b "$broker_pid" -I 10000 -d 1 > "$tmp/$who.idle.out" ||
-		echo "  $who idle: the load generator reported a failure (above)" >&2
-	field rss_per_conn_bytes < "$tmp/$who.idle.out" > "$tmp/$who.idle.bytes"
-	stop_broker
+	for mode in seq par; do
+		for _ in $(seq "$RUNS"); do
+			for who in "$@"; do
+				echo "  $who storm $mode" >&2
+				"$load" -p "${PORT[$who]}" -b "${PID[$who]}" -C $mode -W 4 -d 1 \
+					>> "$tmp/$who.storm-$mode.runs"
+			done
+		done
+		for who in "$@"; do
+			field conn_rate < "$tmp/$who.storm-$mode.runs" | median > "$tmp/$who.storm-$mode.rate"
+			field cpu_us_per_conn < "$tmp/$who.storm-$mode.runs" | grep -v nan | median \
+				> "$tmp/$who.storm-$mode.cpu"
+		done
+	done
+	for who in "$@"; do stop_broker "$who"; done
+	# Fresh brokers, one at a time, so that the RSS counts the connections and not the heap
+	# left by the traffic above.
+	for who in "$@"; do
+		echo "  $who idle" >&2
+		start_broker "$who" || return 1
+		"$load" -p "${PORT[$who]}" -b "${PID[$who]}" -I 10000 -d 1 > "$tmp/$who.idle.out" ||
+			echo "  $who idle: the load generator reported a failure (above)" >&2
+		field rss_per_conn_bytes < "$tmp/$who.idle.out" > "$tmp/$who.idle.bytes"
+		stop_broker "$who"
+	done
 }
 
 report() { # broker
-	local who=$1
+	local who=$1 sc mode
 	for sc in $SCENARIOS; do
 		report_traffic "$who" "$sc" "${WHAT[$sc]}"
 	done
@@ -208,10 +224,9 @@ if [ -x "$weft" ]; then
 else
 	echo "bench/mqtt: $weft is not built: measuring mosquitto only" >&2
 fi
-echo "bench/mqtt: $brokers, $RUNS runs of each scenario" >&2
-for who in $brokers; do
-	measure "$who" || echo "bench/mqtt: $who could not be measured" >&2
-done
+echo "bench/mqtt: $brokers, $RUNS runs of each scenario, taking turns" >&2
+# shellcheck disable=SC2086
+measure $brokers || echo "bench/mqtt: a broker could not be started" >&2
 for who in $brokers; do
 	report "$who"
 done
@@ -221,13 +236,13 @@ if [ -x "$weft" ]; then
 		ratio "weft/mosquitto $sc" "x" "$w.recv_rate" "$m.recv_rate" "delivered msgs/s ratio; target >= 1"
 		ratio "weft/mosquitto $sc cpu" "x" "$w.cpu_us_per_msg" "$m.cpu_us_per_msg" \
 			"CPU per delivered msg ratio; target <= 0.5"
-		ratio "weft/mosquitto $sc p99" "x" "$w.p99_us" "$m.p99_us" "p99 latency ratio"
+		ratio "weft/mosquitto $sc p99" "x" "$w.p99_us" "$m.p99_us" "p99 latency ratio; target <= 1 in rate"
 	done
 	for mode in seq par; do
 		ratio "weft/mosquitto storm $mode" "x" "$tmp/weft-mqtt.storm-$mode.rate" \
 			"$tmp/mosquitto.storm-$mode.rate" "connections/s ratio"
 	done
 	ratio "weft/mosquitto idle rss" "x" "$tmp/weft-mqtt.idle.bytes" "$tmp/mosquitto.idle.bytes" \
-		"RSS per idle connection ratio; target <= 8 KiB each"
+		"RSS per idle connection ratio (target: at most 8192 bytes each)"
 fi
 exit 0

@@ -110,6 +110,7 @@ export async function stopBroker() {
 
 // Whatever way this process ends, its broker ends with it.
 function killNow() {
+	for (const p of started) if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
 	if (!broker) return;
 	if (!broker.exited()) broker.child.kill('SIGKILL');
 	rmSync(broker.dir, { recursive: true, force: true });
@@ -162,9 +163,13 @@ export function run(cmd, args, { timeout = 5000, input } = {}) {
 	});
 }
 
-// Start a command line tool in the background; .done resolves as run() does.
+const started = [];
+
+// Start a command line tool in the background; .done resolves as run() does. It is killed, if
+// still running, when the test ends.
 export function start(cmd, args) {
 	const p = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+	started.push(p);
 	let stdout = '', stderr = '';
 	p.stdout.on('data', (d) => { stdout += d; });
 	p.stderr.on('data', (d) => { stderr += d; });
