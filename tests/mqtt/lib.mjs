@@ -3,8 +3,8 @@
 // parses what comes back, a proxy that can cut a connection at a chosen packet, and the
 // registry that run.mjs lists and runs tests from.
 //
-// BROKER=weft (the default) runs $WEFT_MQTT (the build's bin/weft-mqtt); BROKER=mosquitto runs
-// the Debian mosquitto 2.0. Each test starts its own broker and stops it at the end, so tests
+// BROKER=weft (the default) runs $WEFT_MQTT (the build's bin/weft-mqtt; build/bin/weft-mqtt when
+// unset); BROKER=mosquitto runs the Debian mosquitto 2.0. Each test starts its own broker and stops it at the end, so tests
 // share nothing and run in any order, one process each.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -71,7 +71,7 @@ export async function startBroker(conf = {}, mosquittoOnly = {}) {
 		cmd = 'mosquitto';
 		args = ['-c', file];
 	} else {
-		cmd = process.env.WEFT_MQTT;
+		cmd = process.env.WEFT_MQTT || new URL('../../build/bin/weft-mqtt', import.meta.url).pathname;
 		args = Object.keys(conf).length ? ['-c', file] : ['-p', String(port)];
 	}
 	const child = spawn(cmd, args, { stdio: ['ignore', 'ignore', 'pipe'] });
