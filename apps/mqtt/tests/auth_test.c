@@ -1,0 +1,411 @@
+/* Tests of weft-mqtt's password_file support (auth.c): files written by mosquitto_passwd at
+ * test time and a committed one, every kind of malformed line, the CONNECT decision, reloads
+ * under concurrent checks, and the per-address limit on failed attempts. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "auth.h"
+#include "test.h"
+
+#ifndef MQTT_TEST_DATA
+#define MQTT_TEST_DATA "apps/mqtt/tests/data"
+#endif
+
+static char tmpdir[256];
+
+static const char *tmp(const char *name)
+{
+	static char path[512];
+	if (!tmpdir[0]) {
+		snprintf(tmpdir, sizeof tmpdir, "/tmp/weft-auth-XXXXXX");
+		CHECK(mkdtemp(tmpdir));
+	}
+	snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+	return path;
+}
+
+static void write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	CHECK(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+static int verify(const auth_table *t, const char *u, const char *p)
+{
+	return auth_table_verify(t, u, strlen(u), p, strlen(p));
+}
+
+/* Whether real tools can run here (not under an emulator) and mosquitto_passwd exists. */
+static bool have_passwd_tool(void)
+{
+	const char *r = getenv("RUNNER");
+	if (r && *r) {
+		printf("skipped: under an emulator\n");
+		return false;
+	}
+	if (system("command -v mosquitto_passwd >/dev/null 2>&1") != 0) {
+		printf("skipped: mosquitto_passwd is not installed (Debian: mosquitto)\n");
+		return false;
+	}
+	return true;
+}
+
+TEST(committed_file)
+{
+	char err[512];
+	auth_table *t = auth_table_load(MQTT_TEST_DATA "/passwd", NULL, err, sizeof err);
+	if (!t)
+		fprintf(stderr, "%s\n", err);
+	CHECK(t);
+	CHECK_EQ(auth_table_count(t), 4);
+	CHECK(verify(t, "alice", "alice-pw"));
+	CHECK(verify(t, "bob", "b0b:with colon"));
+	CHECK(verify(t, "émile", "pâté"));
+	CHECK(verify(t, "old", "legacy-pw")); /* $6$ */
+	CHECK(!verify(t, "alice", "alice-pW"));
+	CHECK(!verify(t, "alice", "alice-pw "));
+	CHECK(!verify(t, "alice", ""));
+	CHECK(!verify(t, "bob", "alice-pw"));
+	CHECK(!verify(t, "Alice", "alice-pw"));
+	CHECK(!verify(t, "nobody", "alice-pw"));
+	CHECK(!verify(t, "old", "legacy-pW"));
+	CHECK(!auth_table_verify(t, "alice", 5, NULL, 0)); /* no password at all */
+	auth_table_free(t);
+}
+
+/* Files made by mosquitto_passwd now, including its -U conversion of plain text. */
+TEST(mosquitto_passwd_files)
+{
+	if (!have_passwd_tool())
+		return;
+	char cmd[4096], out[512];
+	const char *f = tmp("pw");
+	char path[512];
+	snprintf(path, sizeof path, "%s", f);
+	snprintf(cmd, sizeof cmd,
+		 "mosquitto_passwd -c -b %s u1 'first pass' && mosquitto_passwd -b %s u2 x && "
+		 "mosquitto_passwd -b %s 'user three' 'ünïcödé €' && "
+		 "mosquitto_passwd -b %s u4 \"$(head -c 300 /dev/zero | tr '\\0' 'p')\"",
+		 path, path, path, path);
+	CHECK_EQ(test_spawn(cmd, out, sizeof out), 0);
+	char err[512];
+	auth_table *t = auth_table_load(path, NULL, err, sizeof err);
+	if (!t)
+		fprintf(stderr, "%s\n", err);
+	CHECK(t);
+	CHECK_EQ(auth_table_count(t), 4);
+	CHECK(verify(t, "u1", "first pass"));
+	CHECK(verify(t, "u2", "x"));
+	CHECK(verify(t, "user three", "ünïcödé €"));
+	char longpw[301];
+	memset(longpw, 'p', 300);
+	longpw[300] = 0;
+	CHECK(verify(t, "u4", longpw));
+	longpw[299] = 'q';
+	CHECK(!verify(t, "u4", longpw));
+	CHECK(!verify(t, "u1", "first"));
+	CHECK(!verify(t, "u2", "X"));
+	auth_table_free(t);
+
+	/* plain text: refused unless allowed; mosquitto_passwd -U hashes it in place */
+	const char *plain = tmp("plain");
+	snprintf(path, sizeof path, "%s", plain);
+	write_file(path, "p1:secret one\np2:two\n");
+	CHECK(!auth_table_load(path, NULL, err, sizeof err));
+	CHECK(strstr(err, ":1: error: plain-text password"));
+	auth_opts allow = { .allow_plain = true };
+	t = auth_table_load(path, &allow, err, sizeof err);
+	CHECK(t);
+	CHECK(verify(t, "p1", "secret one"));
+	CHECK(!verify(t, "p1", "secret"));
+	auth_table_free(t);
+	snprintf(cmd, sizeof cmd, "mosquitto_passwd -U %s", path);
+	CHECK_EQ(test_spawn(cmd, out, sizeof out), 0);
+	t = auth_table_load(path, NULL, err, sizeof err);
+	CHECK(t);
+	CHECK(verify(t, "p1", "secret one"));
+	CHECK(verify(t, "p2", "two"));
+	CHECK(!verify(t, "p2", "one"));
+	auth_table_free(t);
+}
+
+/* Every malformed line fails the load at its line, and nothing is loaded. */
+TEST(malformed_lines)
+{
+	static const char good[] =
+		"alice:$7$101$fuV6V7hCulKuPrFZ$ImrWR/hBhgIxB5iuaX39CMvz271YkeX29vCOBDRIdRr7ED1PHguX"
+		"oDq6dl4Afku0Hv3hdtbobZ+Qywtc7Xxl2Q==\n";
+	static const struct {
+		const char *line, *why;
+	} bad[] = {
+		{ "nocolon", "expected user:password-hash" },
+		{ ":$7$101$fuV6V7hCulKuPrFZ$x", "empty user name" },
+		{ "u:", "empty password" },
+		{ "u:plain", "plain-text password" },
+		{ "u:$5$abc$def", "unknown hash type" },
+		{ "u:$7$$fuV6V7hCulKuPrFZ$aGFzaA==", "bad iteration count" },
+		{ "u:$7$abc$fuV6V7hCulKuPrFZ$aGFzaA==", "bad iteration count" },
+		{ "u:$7$0$fuV6V7hCulKuPrFZ$aGFzaA==", "iteration count out of range" },
+		{ "u:$7$99999999999$fuV6V7hCulKuPrFZ$aGFzaA==", "iteration count out of range" },
+		{ "u:$7$101$fuV6V7hCulKuPrFZ", "missing hash" },
+		{ "u:$7$101$fu*6V7hCulKuPrFZ$aGFzaA==", "bad salt" },
+		{ "u:$7$101$$aGFzaA==", "bad salt" },
+		{ "u:$7$101$fuV6V7hCulKuPrFZ$aGFzaA==", "bad hash" },
+		{ "u:$7$101$fuV6V7hCulKuPrFZ$aGFz=A==", "bad hash" },
+		{ "u:$6$fuV6V7hCulKuPrFZ$", "bad hash" },
+		{ "alice:$7$101$fuV6V7hCulKuPrFZ$ImrWR/hBhgIxB5iuaX39CMvz271YkeX29vCOBDRIdRr7ED1PHgu"
+		  "XoDq6dl4Afku0Hv3hdtbobZ+Qywtc7Xxl2Q==", "user listed twice" },
+	};
+	char path[512], text[1024], err[512], want[600];
+	snprintf(path, sizeof path, "%s", tmp("bad"));
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		/* the bad line is line 4: after a comment, a good line and a blank one */
+		snprintf(text, sizeof text, "# users\n%s\n%s\n", good, bad[i].line);
+		write_file(path, text);
+		err[0] = 0;
+		auth_table *t = auth_table_load(path, NULL, err, sizeof err);
+		if (t || !strstr(err, bad[i].why))
+			fprintf(stderr, "line %s: got \"%s\"\n", bad[i].line, err);
+		CHECK(!t);
+		snprintf(want, sizeof want, "%s:4: error: %s", path, bad[i].why);
+		CHECK(!strncmp(err, want, strlen(want)));
+	}
+	CHECK(!auth_table_load("/nonexistent/pw", NULL, err, sizeof err));
+	CHECK(strstr(err, "/nonexistent/pw: error: No such file"));
+	/* comments, blank lines and CRLF ends are fine; so is an empty file */
+	write_file(path, "\r\n  # x\r\n\t\r\n");
+	auth_table *t = auth_table_load(path, NULL, err, sizeof err);
+	CHECK(t);
+	CHECK_EQ(auth_table_count(t), 0);
+	CHECK(!verify(t, "alice", "alice-pw"));
+	auth_table_free(t);
+	snprintf(text, sizeof text, "%.*s\r\n", (int)strlen(good) - 1, good);
+	write_file(path, text);
+	t = auth_table_load(path, NULL, err, sizeof err);
+	CHECK(t);
+	CHECK(verify(t, "alice", "alice-pw"));
+	auth_table_free(t);
+}
+
+/* Many users: the table grows and finds every one. */
+TEST(many_users)
+{
+	char path[512], err[512];
+	snprintf(path, sizeof path, "%s", tmp("many"));
+	FILE *f = fopen(path, "w");
+	CHECK(f);
+	for (int i = 0; i < 3000; i++)
+		fprintf(f, "user%d:pw%d\n", i, i);
+	fclose(f);
+	auth_opts allow = { .allow_plain = true };
+	auth_table *t = auth_table_load(path, &allow, err, sizeof err);
+	CHECK(t);
+	CHECK_EQ(auth_table_count(t), 3000);
+	char u[32], p[32];
+	for (int i = 0; i < 3000; i += 7) {
+		snprintf(u, sizeof u, "user%d", i);
+		snprintf(p, sizeof p, "pw%d", i);
+		CHECK(verify(t, u, p));
+		snprintf(p, sizeof p, "pw%d", i + 1);
+		CHECK(!verify(t, u, p));
+	}
+	auth_table_free(t);
+}
+
+static struct sockaddr_in v4(const char *a)
+{
+	struct sockaddr_in s = { .sin_family = AF_INET };
+	CHECK_EQ(inet_pton(AF_INET, a, &s.sin_addr), 1);
+	return s;
+}
+
+static struct sockaddr_in6 v6(const char *a)
+{
+	struct sockaddr_in6 s = { .sin6_family = AF_INET6 };
+	CHECK_EQ(inet_pton(AF_INET6, a, &s.sin6_addr), 1);
+	return s;
+}
+
+static auth_result check(const char *u, const char *p, const void *from, bool anon, int64_t now)
+{
+	auth_req r = { .user = u, .user_len = u ? strlen(u) : 0, .password = p,
+		       .password_len = p ? strlen(p) : 0, .from = from, .anonymous_ok = anon,
+		       .now = now };
+	return auth_check(&r);
+}
+
+TEST(connect_decision)
+{
+	char err[512];
+	auth_clear();
+	CHECK_EQ(auth_count(), -1);
+	/* no password file: a username proves nothing, allow_anonymous decides */
+	CHECK_EQ(check(NULL, NULL, NULL, true, 0), AUTH_OK);
+	CHECK_EQ(check("alice", "x", NULL, true, 0), AUTH_OK);
+	CHECK_EQ(check("alice", "alice-pw", NULL, false, 0), AUTH_NOT_AUTHORIZED);
+	CHECK_EQ(auth_reload(MQTT_TEST_DATA "/passwd", NULL, err, sizeof err), 0);
+	CHECK_EQ(auth_count(), 4);
+	CHECK_EQ(check("alice", "alice-pw", NULL, false, 0), AUTH_OK);
+	CHECK_EQ(check("alice", "alice-pw", NULL, true, 0), AUTH_OK);
+	CHECK_EQ(check("alice", "wrong", NULL, true, 0), AUTH_BAD_CREDENTIALS);
+	CHECK_EQ(check("alice", NULL, NULL, true, 0), AUTH_BAD_CREDENTIALS);
+	CHECK_EQ(check("mallory", "alice-pw", NULL, true, 0), AUTH_BAD_CREDENTIALS);
+	CHECK_EQ(check(NULL, NULL, NULL, true, 0), AUTH_OK);
+	CHECK_EQ(check(NULL, NULL, NULL, false, 0), AUTH_NOT_AUTHORIZED);
+	/* CONNACK codes: 5.0 reason codes, 3.1.1 "not authorized" */
+	CHECK_EQ(auth_connack_code(AUTH_BAD_CREDENTIALS, 5), 0x86);
+	CHECK_EQ(auth_connack_code(AUTH_NOT_AUTHORIZED, 5), 0x87);
+	CHECK_EQ(auth_connack_code(AUTH_RATE_LIMITED, 5), 0x9F);
+	CHECK_EQ(auth_connack_code(AUTH_BAD_CREDENTIALS, 4), 0x05);
+	CHECK_EQ(auth_connack_code(AUTH_RATE_LIMITED, 3), 0x05);
+	auth_clear();
+}
+
+/* A reload that fails keeps the old table; a good one replaces it. */
+TEST(reload)
+{
+	char a[512], b[512], err[512];
+	snprintf(a, sizeof a, "%s", tmp("a"));
+	snprintf(b, sizeof b, "%s", tmp("b"));
+	write_file(a, "ua:pa\n");
+	write_file(b, "ub:pb\nbroken\n");
+	auth_opts allow = { .allow_plain = true };
+	CHECK_EQ(auth_reload(a, &allow, err, sizeof err), 0);
+	CHECK_EQ(check("ua", "pa", NULL, false, 0), AUTH_OK);
+	CHECK_EQ(auth_reload(b, &allow, err, sizeof err), -1);
+	CHECK(strstr(err, ":2: error:"));
+	CHECK_EQ(check("ua", "pa", NULL, false, 0), AUTH_OK);   /* old table still there */
+	CHECK_EQ(check("ub", "pb", NULL, false, 0), AUTH_BAD_CREDENTIALS); /* nothing half-loaded */
+	write_file(b, "ub:pb\n");
+	CHECK_EQ(auth_reload(b, &allow, err, sizeof err), 0);
+	CHECK_EQ(check("ub", "pb", NULL, false, 0), AUTH_OK);
+	CHECK_EQ(check("ua", "pa", NULL, false, 0), AUTH_BAD_CREDENTIALS);
+	auth_clear();
+}
+
+/* Checks on several threads while the table is swapped over and over: every answer is one
+ * table's answer (the user both tables share always gets in; the others flip), and no table is
+ * freed under a reader (ASan, TSan). */
+static atomic_int stop_readers, bad_answers, checks_done;
+static char rl_a[512], rl_b[512];
+
+static void *reader(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&stop_readers)) {
+		if (check("both", "same", NULL, false, 0) != AUTH_OK)
+			atomic_fetch_add(&bad_answers, 1);
+		auth_result ra = check("ua", "pa", NULL, false, 0);
+		if (ra != AUTH_OK && ra != AUTH_BAD_CREDENTIALS)
+			atomic_fetch_add(&bad_answers, 1);
+		atomic_fetch_add(&checks_done, 1);
+	}
+	return NULL;
+}
+
+TEST(reload_under_readers)
+{
+	char err[512];
+	snprintf(rl_a, sizeof rl_a, "%s", tmp("ra"));
+	snprintf(rl_b, sizeof rl_b, "%s", tmp("rb"));
+	write_file(rl_a, "both:same\nua:pa\n");
+	write_file(rl_b, "ub:pb\nboth:same\n");
+	auth_opts allow = { .allow_plain = true };
+	CHECK_EQ(auth_reload(rl_a, &allow, err, sizeof err), 0);
+	pthread_t th[4];
+	for (int i = 0; i < 4; i++)
+		CHECK_EQ(pthread_create(&th[i], NULL, reader, NULL), 0);
+	int reloads = SLOW ? 200 : 2000;
+	for (int i = 0; i < reloads; i++)
+		CHECK_EQ(auth_reload(i & 1 ? rl_a : rl_b, &allow, err, sizeof err), 0);
+	atomic_store(&stop_readers, 1);
+	for (int i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	CHECK_EQ(atomic_load(&bad_answers), 0);
+	CHECK(atomic_load(&checks_done) > 0);
+	printf("%d reloads during %d checks\n", reloads, atomic_load(&checks_done));
+	auth_clear();
+}
+
+TEST(rate_limit)
+{
+	char err[512];
+	CHECK_EQ(auth_reload(MQTT_TEST_DATA "/passwd", NULL, err, sizeof err), 0);
+	auth_limits l = { .burst = 3, .interval_ns = 1000 * MS };
+	auth_set_limits(&l);
+	auth_limit_reset();
+	struct sockaddr_in a = v4("10.0.0.1"), b = v4("10.0.0.2");
+	int64_t t0 = 1000000 * MS;
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ(check("alice", "guess", &a, false, t0), AUTH_BAD_CREDENTIALS);
+	/* blocked now, even with the right password, and without hashing anything */
+	CHECK_EQ(check("alice", "alice-pw", &a, false, t0), AUTH_RATE_LIMITED);
+	CHECK_EQ(check("alice", "alice-pw", &a, false, t0 + 999 * MS), AUTH_RATE_LIMITED);
+	/* another address is not affected */
+	CHECK_EQ(check("alice", "alice-pw", &b, false, t0), AUTH_OK);
+	/* one interval later one more try is allowed; a success costs nothing */
+	CHECK_EQ(check("alice", "alice-pw", &a, false, t0 + 1000 * MS), AUTH_OK);
+	CHECK_EQ(check("alice", "alice-pw", &a, false, t0 + 1000 * MS), AUTH_OK);
+	CHECK_EQ(check("alice", "guess", &a, false, t0 + 1000 * MS), AUTH_BAD_CREDENTIALS);
+	CHECK_EQ(check("alice", "alice-pw", &a, false, t0 + 1500 * MS), AUTH_RATE_LIMITED);
+	/* refused anonymous clients count too */
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ(check(NULL, NULL, &b, false, t0), AUTH_NOT_AUTHORIZED);
+	CHECK_EQ(check(NULL, NULL, &b, true, t0), AUTH_RATE_LIMITED);
+	/* long after, the slate is clean: a full burst again */
+	int64_t t1 = t0 + 60000 * MS;
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ(check("alice", "guess", &a, false, t1), AUTH_BAD_CREDENTIALS);
+	CHECK_EQ(check("alice", "alice-pw", &a, false, t1), AUTH_RATE_LIMITED);
+
+	/* IPv6: one /64 is one client; v4-mapped addresses are the IPv4 address */
+	struct sockaddr_in6 x1 = v6("2001:db8:1:2::1"), x2 = v6("2001:db8:1:2:ffff::9"),
+			    y = v6("2001:db8:1:3::1"), m = v6("::ffff:10.0.0.1");
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ(check("bob", "guess", &x1, false, t1), AUTH_BAD_CREDENTIALS);
+	CHECK_EQ(check("bob", "b0b:with colon", &x2, false, t1), AUTH_RATE_LIMITED);
+	CHECK_EQ(check("bob", "b0b:with colon", &y, false, t1), AUTH_OK);
+	CHECK_EQ(check("bob", "b0b:with colon", &m, false, t1), AUTH_RATE_LIMITED);
+
+	/* a flood of addresses with one failure each does not push out the blocked one, whose
+	 * debt is larger */
+	for (int i = 0; i < 20000; i++) {
+		struct sockaddr_in s = { .sin_family = AF_INET };
+		s.sin_addr.s_addr = htonl(0x0b000000u + (uint32_t)i);
+		auth_limit_fail((struct sockaddr *)&s, t1);
+	}
+	CHECK_EQ(check("alice", "alice-pw", &a, false, t1), AUTH_RATE_LIMITED);
+	/* burst 0: no limit */
+	l.burst = 0;
+	auth_set_limits(&l);
+	CHECK_EQ(check("alice", "alice-pw", &a, false, t1), AUTH_OK);
+	auth_clear();
+}
+
+/* The cost of one check, and that an unknown user costs what a known one does. */
+TEST(check_cost)
+{
+	char err[512];
+	auth_table *t = auth_table_load(MQTT_TEST_DATA "/passwd", NULL, err, sizeof err);
+	CHECK(t);
+	int n = SLOW ? 20 : 200;
+	int64_t s = weft_now();
+	for (int i = 0; i < n; i++)
+		CHECK(!verify(t, "alice", "wrong"));
+	int64_t known = weft_now() - s;
+	s = weft_now();
+	for (int i = 0; i < n; i++)
+		CHECK(!verify(t, "nobody", "wrong"));
+	int64_t unknown = weft_now() - s;
+	printf("per check: known user %.1f us, unknown user %.1f us\n", known / 1e3 / n,
+	       unknown / 1e3 / n);
+	CHECK(unknown * 3 > known && known * 3 > unknown);
+	auth_table_free(t);
+}
