@@ -77,8 +77,8 @@ export async function startBroker(conf = {}, mosquittoOnly = {}) {
 	const child = spawn(cmd, args, { stdio: ['ignore', 'ignore', 'pipe'] });
 	let log = '';
 	child.stderr.on('data', (d) => { log += d; });
-	let exited = false;
-	child.on('exit', () => { exited = true; });
+	let exited = false, status = null;
+	child.on('exit', (code, signal) => { exited = true; status = { code, signal }; });
 	const end = Date.now() + 5000;
 	for (;;) {
 		if (exited) throw new Error(`${cmd} ${args.join(' ')} exited: ${log}`);
@@ -91,21 +91,33 @@ export async function startBroker(conf = {}, mosquittoOnly = {}) {
 		if (Date.now() > end) throw new Error(`${cmd} did not listen on ${port}: ${log}`);
 		await sleep(20);
 	}
-	broker = { port, child, dir, log: () => log, exited: () => exited };
+	broker = { port, child, dir, log: () => log, exited: () => exited, status: () => status };
 	return broker;
 }
 
+// Stops the broker with SIGTERM; returns what is wrong with how it ran or ended (a sanitizer's
+// report, no exit within 5 s, an exit status other than 0), or null.
 export async function stopBroker() {
-	if (!broker) return;
+	if (!broker) return null;
 	const b = broker;
 	broker = null;
+	let late = false;
 	if (!b.exited()) {
 		const gone = new Promise((r) => b.child.on('exit', r));
 		b.child.kill('SIGTERM');
-		await Promise.race([gone, sleep(2000)]);
-		if (!b.exited()) b.child.kill('SIGKILL');
+		await Promise.race([gone, sleep(5000)]);
+		if (!b.exited()) {
+			late = true;
+			b.child.kill('SIGKILL');
+			await gone;
+		}
 	}
 	rmSync(b.dir, { recursive: true, force: true });
+	const log = b.log(), st = b.status();
+	if (/Sanitizer|runtime error:/.test(log)) return `the broker's sanitizer reported:\n${log}`;
+	if (late) return 'the broker did not exit within 5 s of SIGTERM';
+	if (st.code !== 0) return `the broker exited with ${st.signal || st.code} after SIGTERM: ${log}`;
+	return null;
 }
 
 // Whatever way this process ends, its broker ends with it.

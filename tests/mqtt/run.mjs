@@ -1,6 +1,7 @@
 // run.mjs - lists and runs the end-to-end tests: `node run.mjs --list` prints their names,
 // `node run.mjs NAME` runs one (its own broker, its own clients) and exits 0 on success.
-// After the test body, the broker must still be running: no input may bring it down.
+// After the test body, the broker must still be running (no input may bring it down), and then
+// stop on SIGTERM with exit status 0 and no sanitizer report (in sanitizer builds).
 import { existsSync } from 'node:fs';
 import { tests, closeAll, stopBroker, brokerAlive, BROKER } from './lib.mjs';
 import './cli.mjs';
@@ -37,7 +38,11 @@ try {
 	console.error(`${arg} against ${BROKER}: ${e.stack || e}`);
 } finally {
 	await closeAll().catch(() => {});
-	await stopBroker().catch(() => {});
+	const wrong = await stopBroker().catch((e) => String(e));
+	if (wrong) {
+		console.error(`${arg} against ${BROKER}: ${wrong}`);
+		ok = false;
+	}
 	clearTimeout(limit);
 }
 process.exit(ok ? 0 : 1);
