@@ -108,7 +108,7 @@ static void setup(void)
 
 static tls_ctx *srv_ctx;
 static int lfd, port;
-static atomic_int srv_ok, srv_failed, srv_done;
+static atomic_int srv_ok, srv_failed, srv_done, srv_accepted;
 static weft_mutex srv_lock = WEFT_MUTEX_INIT;
 static char srv_err[512], srv_user[128], srv_version[32];
 static atomic_int workers_seen; /* bit per worker that ran a handshake */
@@ -166,6 +166,7 @@ static void acceptor(void *arg)
 		int fd = weft_accept(lfd, NULL, NULL, 0, WEFT_FOREVER);
 		if (fd < 0)
 			return;
+		atomic_fetch_add(&srv_accepted, 1);
 		weft_spawn_opts o = { .name = "echo", .detached = 1 };
 		CHECK(weft_spawn_opt(echo_conn, (void *)(intptr_t)fd, &o));
 	}
@@ -194,6 +195,7 @@ static void server_stop(void)
 {
 	weft_close(lfd); /* the acceptor wakes with -EBADF */
 	weft_join(acc);
+	test_await(&srv_done, atomic_load(&srv_accepted)); /* every connection task is over */
 }
 
 static tls_opts server_opts(bool require)

@@ -1,0 +1,813 @@
+/*
+ * store.c - weft-mqtt's durable state: SQLite in WAL mode, one writer thread, group commit.
+ *
+ * Why SQLite (docs/weft-mqtt-durability.md has the whole argument): a commit in WAL mode with
+ * synchronous=FULL is one append to the log and one fsync, about what LMDB's two-page-write
+ * commit costs; like LMDB it survives a crash at any instant (a torn commit is never seen:
+ * WAL frames carry checksums and a commit marker); and unlike LMDB, which follows the
+ * pointers of its memory-mapped file unchecked, a damaged file gives an error code
+ * (SQLITE_CORRUPT, SQLITE_NOTADB) rather than a crash - SQLite is fuzzed against exactly that.
+ * Both allow one writer at a time, which is what a broker has anyway.
+ *
+ * The writer. SQLite's calls block on the disk, so no weft worker makes them. Callers - the
+ * broker's tasks - put each write, copied into one allocation (an `op`), on a bounded weft
+ * channel and get a ticket back: tickets are handed out under `qlock` together with the send,
+ * so the channel's order is the ticket order. A dedicated OS thread takes writes off the
+ * channel: it waits for one, opens a transaction, applies it and then every write already
+ * waiting (up to max_batch), and commits: one fsync for the whole batch. While it fsyncs, the
+ * next writes pile up in the channel and go into the next transaction together, so under load
+ * a batch grows until fsync time is shared by many messages (group commit) and with one
+ * writer at a time the thread never waits for a lock.
+ *
+ * Completion. After a commit the writer publishes `durable`, the highest ticket committed, and
+ * broadcasts a task-aware condition variable; store_wait parks on it until durable reaches its
+ * ticket. A connection that handled a batch of publishes waits once, for its last ticket,
+ * before sending the PUBACKs. If a commit fails (disk full, I/O error) the store turns failed:
+ * the writes of that transaction and later ones are dropped, never reported durable, and every
+ * wait returns -EIO - a broker must not acknowledge them.
+ *
+ * The data: sessions(id), subs(id, filter), msgs(mid) holding each message once, queue(id,
+ * seq) saying which session holds which message (pid and state once inflight), rel(id, pid),
+ * retained(topic). A message row is deleted with its last queue row.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <sqlite3.h>
+
+#include <weft.h>
+
+#include "store.h"
+
+#define CHAN_CAP 65536
+#define DEFAULT_BATCH 8192
+
+enum {
+	OP_PUT_RET, OP_DEL_RET, OP_PUT_SES, OP_DEL_SES, OP_PUT_SUB, OP_DEL_SUB, OP_ENQ,
+	OP_ENQ_MID, OP_INFLIGHT, OP_ACK, OP_REL_ADD, OP_REL_DEL
+};
+
+/* One write, with its strings and blobs copied after it. */
+typedef struct op {
+	int kind;
+	int64_t ticket;
+	uint64_t mid;
+	int64_t time;          /* expiry, disconnected_at */
+	uint32_t u32;          /* subid, expiry_interval */
+	uint16_t id_len, s_len, pid;
+	uint8_t qos, retain, state, opts, version;
+	uint32_t props_len, payload_len;
+	char *id, *s;          /* client id; topic or filter */
+	uint8_t *props, *payload;
+	char data[];
+} op;
+
+/* The prepared statements, by name. */
+#define STATEMENTS(X)                                                                          \
+	X(ret_put, "INSERT OR REPLACE INTO retained(topic,qos,props,payload,expiry) "           \
+		   "VALUES(?1,?2,?3,?4,?5)")                                                    \
+	X(ret_del, "DELETE FROM retained WHERE topic=?1")                                       \
+	X(ses_put, "INSERT OR REPLACE INTO sessions(id,version,expiry_interval,disconnected_at) " \
+		   "VALUES(?1,?2,?3,?4)")                                                       \
+	X(ses_del, "DELETE FROM sessions WHERE id=?1")                                          \
+	X(ses_subs, "DELETE FROM subs WHERE id=?1")                                             \
+	X(ses_rel, "DELETE FROM rel WHERE id=?1")                                               \
+	X(ses_msgs, "DELETE FROM msgs WHERE mid IN (SELECT mid FROM queue WHERE id=?1) AND "    \
+		    "NOT EXISTS (SELECT 1 FROM queue q WHERE q.mid=msgs.mid AND q.id<>?1)")     \
+	X(ses_queue, "DELETE FROM queue WHERE id=?1")                                           \
+	X(sub_put, "INSERT OR REPLACE INTO subs(id,filter,opts,subid) VALUES(?1,?2,?3,?4)")     \
+	X(sub_del, "DELETE FROM subs WHERE id=?1 AND filter=?2")                                \
+	X(msg_put, "INSERT INTO msgs(mid,topic,qos,retain,props,payload,expiry) "               \
+		   "VALUES(?1,?2,?3,?4,?5,?6,?7)")                                              \
+	X(q_put, "INSERT OR REPLACE INTO queue(id,seq,mid,qos,pid,state) VALUES(?1,?2,?3,?4,0,0)") \
+	X(q_inflight, "UPDATE queue SET pid=?3, state=?4 WHERE id=?1 AND mid=?2")               \
+	X(q_ack, "DELETE FROM queue WHERE id=?1 AND pid=?2 RETURNING mid")                      \
+	X(msg_orphan, "DELETE FROM msgs WHERE mid=?1 AND NOT EXISTS "                           \
+		      "(SELECT 1 FROM queue WHERE mid=?1)")                                     \
+	X(rel_add, "INSERT OR IGNORE INTO rel(id,pid) VALUES(?1,?2)")                           \
+	X(rel_del, "DELETE FROM rel WHERE id=?1 AND pid=?2")                                    \
+	X(begin, "BEGIN")                                                                       \
+	X(commit, "COMMIT")                                                                     \
+	X(rollback, "ROLLBACK")
+
+#define X_ENUM(name, sql) S_##name,
+enum { STATEMENTS(X_ENUM) S_COUNT };
+#define X_SQL(name, sql) sql,
+static const char *const stmt_sql[] = { STATEMENTS(X_SQL) };
+
+static const char *const schema =
+	"CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v);"
+	"INSERT OR IGNORE INTO meta VALUES('schema', 1);"
+	"CREATE TABLE IF NOT EXISTS retained(topic BLOB PRIMARY KEY, qos INT, props BLOB,"
+	" payload BLOB, expiry INT);"
+	"CREATE TABLE IF NOT EXISTS sessions(id BLOB PRIMARY KEY, version INT,"
+	" expiry_interval INT, disconnected_at INT);"
+	"CREATE TABLE IF NOT EXISTS subs(id BLOB, filter BLOB, opts INT, subid INT,"
+	" PRIMARY KEY(id, filter)) WITHOUT ROWID;"
+	"CREATE TABLE IF NOT EXISTS msgs(mid INTEGER PRIMARY KEY, topic BLOB, qos INT,"
+	" retain INT, props BLOB, payload BLOB, expiry INT);"
+	"CREATE TABLE IF NOT EXISTS queue(id BLOB, seq INT, mid INT, qos INT, pid INT, state INT,"
+	" PRIMARY KEY(id, seq)) WITHOUT ROWID;"
+	"CREATE INDEX IF NOT EXISTS queue_mid ON queue(mid);"
+	"CREATE INDEX IF NOT EXISTS queue_pid ON queue(id, pid);"
+	"CREATE TABLE IF NOT EXISTS rel(id BLOB, pid INT, PRIMARY KEY(id, pid)) WITHOUT ROWID;";
+
+struct store {
+	sqlite3 *db;
+	sqlite3_stmt *st[S_COUNT];
+	store_opts o;
+	char path[4096];
+	/* submitting */
+	weft_chan *ch;            /* op pointers, in ticket order */
+	weft_mutex qlock;         /* ticket, mid and send together */
+	int64_t next_ticket;
+	uint64_t next_mid;
+	bool closed;
+	bool started;             /* the writer thread runs */
+	_Atomic int64_t issued;   /* the last ticket handed out */
+	/* the writer thread */
+	pthread_t writer;
+	uint64_t next_seq;        /* queue order (writer only) */
+	/* completion */
+	_Atomic int64_t durable;
+	atomic_int failed;
+	weft_mutex dlock;
+	weft_cond dcond;
+	char err[4800];           /* why it failed (set once, before `failed`) */
+	char load_err[4800];      /* why store_load failed */
+	_Atomic uint64_t writes, commits;
+	_Atomic int64_t commit_ns;
+};
+
+/* ---- errors ------------------------------------------------------------------------------ */
+
+/* The store can no longer make writes durable: say why, wake every waiter. Writer thread. */
+static void fail(store *st, const char *what)
+{
+	if (atomic_load(&st->failed))
+		return;
+	snprintf(st->err, sizeof st->err, "%s: %s: %s", st->path, what, sqlite3_errmsg(st->db));
+	fprintf(stderr, "weft-mqtt: store failed, no more writes are durable: %s\n", st->err);
+	weft_mutex_lock(&st->dlock);
+	atomic_store(&st->failed, 1);
+	weft_cond_broadcast(&st->dcond);
+	weft_mutex_unlock(&st->dlock);
+}
+
+const char *store_error(store *st)
+{
+	return atomic_load(&st->failed) ? st->err : st->load_err;
+}
+
+/* ---- applying writes (writer thread) ----------------------------------------------------- */
+
+static sqlite3_stmt *stmt(store *st, int which)
+{
+	sqlite3_stmt *s = st->st[which];
+	sqlite3_reset(s);
+	sqlite3_clear_bindings(s);
+	return s;
+}
+
+static void bind_blob(sqlite3_stmt *s, int i, const void *p, size_t n)
+{
+	sqlite3_bind_blob(s, i, n ? p : "", (int)n, SQLITE_STATIC);
+}
+
+/* Step a statement that returns no rows: 0 or -1. */
+static int run(sqlite3_stmt *s)
+{
+	int r = sqlite3_step(s);
+	sqlite3_reset(s);
+	return r == SQLITE_DONE || r == SQLITE_ROW ? 0 : -1;
+}
+
+/* Run statement `which` with the client id as ?1 and nothing else. */
+static int by_id(store *st, int which, const op *o)
+{
+	sqlite3_stmt *s = stmt(st, which);
+	bind_blob(s, 1, o->id, o->id_len);
+	return run(s);
+}
+
+static int orphan(store *st, uint64_t mid)
+{
+	sqlite3_stmt *s = stmt(st, S_msg_orphan);
+	sqlite3_bind_int64(s, 1, (int64_t)mid);
+	return run(s);
+}
+
+static int enqueue_row(store *st, const op *o)
+{
+	sqlite3_stmt *s = stmt(st, S_q_put);
+	bind_blob(s, 1, o->id, o->id_len);
+	sqlite3_bind_int64(s, 2, (int64_t)++st->next_seq);
+	sqlite3_bind_int64(s, 3, (int64_t)o->mid);
+	sqlite3_bind_int(s, 4, o->qos);
+	return run(s);
+}
+
+static int apply(store *st, const op *o)
+{
+	sqlite3_stmt *s;
+	switch (o->kind) {
+	case OP_PUT_RET:
+		s = stmt(st, S_ret_put);
+		bind_blob(s, 1, o->s, o->s_len);
+		sqlite3_bind_int(s, 2, o->qos);
+		bind_blob(s, 3, o->props, o->props_len);
+		bind_blob(s, 4, o->payload, o->payload_len);
+		sqlite3_bind_int64(s, 5, o->time);
+		return run(s);
+	case OP_DEL_RET:
+		s = stmt(st, S_ret_del);
+		bind_blob(s, 1, o->s, o->s_len);
+		return run(s);
+	case OP_PUT_SES:
+		s = stmt(st, S_ses_put);
+		bind_blob(s, 1, o->id, o->id_len);
+		sqlite3_bind_int(s, 2, o->version);
+		sqlite3_bind_int64(s, 3, o->u32);
+		sqlite3_bind_int64(s, 4, o->time);
+		return run(s);
+	case OP_DEL_SES:
+		return by_id(st, S_ses_del, o) || by_id(st, S_ses_subs, o) ||
+		       by_id(st, S_ses_rel, o) || by_id(st, S_ses_msgs, o) ||
+		       by_id(st, S_ses_queue, o) ? -1 : 0;
+	case OP_PUT_SUB:
+	case OP_DEL_SUB:
+		s = stmt(st, o->kind == OP_PUT_SUB ? S_sub_put : S_sub_del);
+		bind_blob(s, 1, o->id, o->id_len);
+		bind_blob(s, 2, o->s, o->s_len);
+		if (o->kind == OP_PUT_SUB) {
+			sqlite3_bind_int(s, 3, o->opts);
+			sqlite3_bind_int64(s, 4, o->u32);
+		}
+		return run(s);
+	case OP_ENQ:
+		s = stmt(st, S_msg_put);
+		sqlite3_bind_int64(s, 1, (int64_t)o->mid);
+		bind_blob(s, 2, o->s, o->s_len);
+		sqlite3_bind_int(s, 3, o->qos);
+		sqlite3_bind_int(s, 4, o->retain);
+		bind_blob(s, 5, o->props, o->props_len);
+		bind_blob(s, 6, o->payload, o->payload_len);
+		sqlite3_bind_int64(s, 7, o->time);
+		if (run(s))
+			return -1;
+		return enqueue_row(st, o);
+	case OP_ENQ_MID:
+		return enqueue_row(st, o);
+	case OP_INFLIGHT:
+		s = stmt(st, S_q_inflight);
+		bind_blob(s, 1, o->id, o->id_len);
+		sqlite3_bind_int64(s, 2, (int64_t)o->mid);
+		sqlite3_bind_int(s, 3, o->pid);
+		sqlite3_bind_int(s, 4, o->state);
+		return run(s);
+	case OP_ACK: {
+		s = stmt(st, S_q_ack);
+		bind_blob(s, 1, o->id, o->id_len);
+		sqlite3_bind_int(s, 2, o->pid);
+		uint64_t mids[4];
+		int n = 0, r;
+		while ((r = sqlite3_step(s)) == SQLITE_ROW)
+			if (n < 4)
+				mids[n++] = (uint64_t)sqlite3_column_int64(s, 0);
+		sqlite3_reset(s);
+		if (r != SQLITE_DONE)
+			return -1;
+		for (int i = 0; i < n; i++)
+			if (orphan(st, mids[i]))
+				return -1;
+		return 0;
+	}
+	case OP_REL_ADD:
+	case OP_REL_DEL:
+		s = stmt(st, o->kind == OP_REL_ADD ? S_rel_add : S_rel_del);
+		bind_blob(s, 1, o->id, o->id_len);
+		sqlite3_bind_int(s, 2, o->pid);
+		return run(s);
+	}
+	return -1;
+}
+
+/* One transaction: `first` and whatever else is waiting, up to max_batch writes. */
+static void batch(store *st, op *first)
+{
+	int64_t t0 = weft_now(), last = 0;
+	int n = 0;
+	op *o = first;
+	if (!atomic_load(&st->failed) && run(stmt(st, S_begin)))
+		fail(st, "begin");
+	for (;;) {
+		if (!atomic_load(&st->failed) && apply(st, o))
+			fail(st, "write");
+		last = o->ticket;
+		free(o);
+		if (++n >= st->o.max_batch || weft_chan_poll(st->ch, &o, sizeof o) < 0)
+			break;
+	}
+	if (atomic_load(&st->failed)) {
+		run(stmt(st, S_rollback));
+		return;
+	}
+	if (run(stmt(st, S_commit))) {
+		fail(st, "commit");
+		run(stmt(st, S_rollback));
+		return;
+	}
+	atomic_fetch_add_explicit(&st->writes, (uint64_t)n, memory_order_relaxed);
+	atomic_fetch_add_explicit(&st->commits, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&st->commit_ns, weft_now() - t0, memory_order_relaxed);
+	weft_mutex_lock(&st->dlock);
+	atomic_store(&st->durable, last);
+	weft_cond_broadcast(&st->dcond);
+	weft_mutex_unlock(&st->dlock);
+}
+
+static void *writer_main(void *arg)
+{
+	store *st = arg;
+	op *o;
+	while (weft_chan_recv(st->ch, &o, sizeof o, WEFT_FOREVER) >= 0) /* -EPIPE: closed, drained */
+		batch(st, o);
+	return NULL;
+}
+
+/* ---- submitting -------------------------------------------------------------------------- */
+
+/*
+ * The writer thread starts with the first write, not in store_open: weft's deadlock check
+ * counts threads started after weft_run as ones that may wake a task, and a store opened
+ * before weft_run would otherwise have its waiters reported as deadlocked. qlock held.
+ */
+static int64_t start_writer(store *st)
+{
+	int r = pthread_create(&st->writer, NULL, writer_main, st);
+	if (r) {
+		fprintf(stderr, "weft-mqtt: cannot start the store's writer thread: %s\n",
+			strerror(r));
+		return -EAGAIN;
+	}
+	st->started = true;
+	return 0;
+}
+
+static op *op_new(int kind, const char *id, uint16_t id_len, const char *s, uint16_t s_len,
+		  const void *props, uint32_t props_len, const void *payload, uint32_t payload_len)
+{
+	size_t n = sizeof(op) + id_len + s_len + (size_t)props_len + payload_len;
+	op *o = malloc(n);
+	if (!o)
+		return NULL;
+	memset(o, 0, sizeof *o);
+	o->kind = kind;
+	char *p = o->data;
+	o->id = p, o->id_len = id_len;
+	if (id_len)
+		memcpy(p, id, id_len);
+	p += id_len;
+	o->s = p, o->s_len = s_len;
+	if (s_len)
+		memcpy(p, s, s_len);
+	p += s_len;
+	o->props = (uint8_t *)p, o->props_len = props_len;
+	if (props_len)
+		memcpy(p, props, props_len);
+	p += props_len;
+	o->payload = (uint8_t *)p, o->payload_len = payload_len;
+	if (payload_len)
+		memcpy(p, payload, payload_len);
+	return o;
+}
+
+/* Hand o to the writer: its ticket, or -errno (o freed). */
+static int64_t submit(store *st, op *o, uint64_t *mid)
+{
+	if (!o)
+		return -ENOMEM;
+	if (atomic_load(&st->failed)) {
+		free(o);
+		return -EIO;
+	}
+	int64_t t = -EPIPE;
+	bool enq = o->kind == OP_ENQ; /* once sent, o is the writer's (and may be freed) */
+	weft_mutex_lock(&st->qlock);
+	if (!st->closed && !st->started) /* see start_writer */
+		t = start_writer(st);
+	if (!st->closed && t != -EAGAIN) {
+		o->ticket = st->next_ticket + 1;
+		if (enq)
+			o->mid = st->next_mid + 1;
+		int r = weft_chan_put(st->ch, &o, sizeof o); /* waits only when 64 Ki behind */
+		if (r == 0) {
+			t = ++st->next_ticket;
+			atomic_store(&st->issued, t);
+			if (enq)
+				*mid = ++st->next_mid;
+		} else {
+			t = r;
+		}
+	}
+	weft_mutex_unlock(&st->qlock);
+	if (t < 0)
+		free(o);
+	return t;
+}
+
+static bool bad_msg(const store_msg *m)
+{
+	return !m || (m->topic_len && !m->topic) || (m->props_len && !m->props) ||
+	       (m->payload_len && !m->payload);
+}
+
+int64_t store_put_retained(store *st, const store_msg *m)
+{
+	if (bad_msg(m))
+		return -EINVAL;
+	if (m->payload_len == 0)
+		return store_del_retained(st, m->topic, m->topic_len);
+	op *o = op_new(OP_PUT_RET, NULL, 0, m->topic, m->topic_len, m->props, m->props_len,
+		       m->payload, m->payload_len);
+	if (o)
+		o->qos = m->qos, o->time = m->expiry;
+	return submit(st, o, NULL);
+}
+
+int64_t store_del_retained(store *st, const char *topic, uint16_t topic_len)
+{
+	return submit(st, op_new(OP_DEL_RET, NULL, 0, topic, topic_len, NULL, 0, NULL, 0), NULL);
+}
+
+int64_t store_put_session(store *st, const store_session *s)
+{
+	if (!s || (s->id_len && !s->id))
+		return -EINVAL;
+	op *o = op_new(OP_PUT_SES, s->id, s->id_len, NULL, 0, NULL, 0, NULL, 0);
+	if (o)
+		o->version = s->version, o->u32 = s->expiry_interval, o->time = s->disconnected_at;
+	return submit(st, o, NULL);
+}
+
+int64_t store_del_session(store *st, const char *id, uint16_t id_len)
+{
+	return submit(st, op_new(OP_DEL_SES, id, id_len, NULL, 0, NULL, 0, NULL, 0), NULL);
+}
+
+int64_t store_put_sub(store *st, const char *id, uint16_t id_len, const char *filter,
+		      uint16_t filter_len, uint8_t opts, uint32_t subid)
+{
+	op *o = op_new(OP_PUT_SUB, id, id_len, filter, filter_len, NULL, 0, NULL, 0);
+	if (o)
+		o->opts = opts, o->u32 = subid;
+	return submit(st, o, NULL);
+}
+
+int64_t store_del_sub(store *st, const char *id, uint16_t id_len, const char *filter,
+		      uint16_t filter_len)
+{
+	return submit(st, op_new(OP_DEL_SUB, id, id_len, filter, filter_len, NULL, 0, NULL, 0),
+		      NULL);
+}
+
+int64_t store_enqueue(store *st, const char *id, uint16_t id_len, const store_msg *m,
+		      uint8_t qos, uint64_t *mid)
+{
+	if (bad_msg(m) || !mid)
+		return -EINVAL;
+	op *o = op_new(OP_ENQ, id, id_len, m->topic, m->topic_len, m->props, m->props_len,
+		       m->payload, m->payload_len);
+	if (o)
+		o->qos = qos, o->retain = m->retain, o->time = m->expiry;
+	return submit(st, o, mid);
+}
+
+int64_t store_enqueue_mid(store *st, const char *id, uint16_t id_len, uint64_t mid, uint8_t qos)
+{
+	op *o = op_new(OP_ENQ_MID, id, id_len, NULL, 0, NULL, 0, NULL, 0);
+	if (o)
+		o->mid = mid, o->qos = qos;
+	return submit(st, o, NULL);
+}
+
+int64_t store_inflight(store *st, const char *id, uint16_t id_len, uint64_t mid, uint16_t pid,
+		       uint8_t state)
+{
+	op *o = op_new(OP_INFLIGHT, id, id_len, NULL, 0, NULL, 0, NULL, 0);
+	if (o)
+		o->mid = mid, o->pid = pid, o->state = state;
+	return submit(st, o, NULL);
+}
+
+static int64_t by_pid(store *st, int kind, const char *id, uint16_t id_len, uint16_t pid)
+{
+	if (pid == 0)
+		return -EINVAL;
+	op *o = op_new(kind, id, id_len, NULL, 0, NULL, 0, NULL, 0);
+	if (o)
+		o->pid = pid;
+	return submit(st, o, NULL);
+}
+
+int64_t store_ack(store *st, const char *id, uint16_t id_len, uint16_t pid)
+{
+	return by_pid(st, OP_ACK, id, id_len, pid);
+}
+
+int64_t store_rel_add(store *st, const char *id, uint16_t id_len, uint16_t pid)
+{
+	return by_pid(st, OP_REL_ADD, id, id_len, pid);
+}
+
+int64_t store_rel_del(store *st, const char *id, uint16_t id_len, uint16_t pid)
+{
+	return by_pid(st, OP_REL_DEL, id, id_len, pid);
+}
+
+/* ---- durability -------------------------------------------------------------------------- */
+
+int64_t store_durable(store *st)
+{
+	return atomic_load(&st->durable);
+}
+
+int store_wait(store *st, int64_t ticket, int64_t deadline)
+{
+	if (ticket <= 0 || ticket > atomic_load(&st->issued))
+		return -EINVAL;
+	if (atomic_load(&st->durable) >= ticket)
+		return 0;
+	int r = 0;
+	weft_mutex_lock(&st->dlock);
+	while (atomic_load(&st->durable) < ticket && r == 0) {
+		if (atomic_load(&st->failed))
+			r = -EIO;
+		else
+			r = weft_cond_wait_until(&st->dcond, &st->dlock, deadline);
+	}
+	weft_mutex_unlock(&st->dlock);
+	return atomic_load(&st->durable) >= ticket ? 0 : r;
+}
+
+void store_stats_get(store *st, store_stats *out)
+{
+	out->writes = atomic_load_explicit(&st->writes, memory_order_relaxed);
+	out->commits = atomic_load_explicit(&st->commits, memory_order_relaxed);
+	out->commit_ns = atomic_load_explicit(&st->commit_ns, memory_order_relaxed);
+}
+
+/* ---- opening and closing ----------------------------------------------------------------- */
+
+/* The first row's first column of sql, as text into buf; 0 or -1 (message in err). */
+static int query_text(store *st, const char *sql, char *buf, size_t cap)
+{
+	sqlite3_stmt *s;
+	buf[0] = 0;
+	if (sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) != SQLITE_OK)
+		return -1;
+	int r = sqlite3_step(s);
+	if (r == SQLITE_ROW && sqlite3_column_text(s, 0))
+		snprintf(buf, cap, "%s", (const char *)sqlite3_column_text(s, 0));
+	sqlite3_finalize(s);
+	return r == SQLITE_ROW || r == SQLITE_DONE ? 0 : -1;
+}
+
+static int64_t query_int(store *st, const char *sql)
+{
+	char b[32];
+	if (query_text(st, sql, b, sizeof b))
+		return -1;
+	return atoll(b);
+}
+
+static void close_db(store *st)
+{
+	for (int i = 0; i < S_COUNT; i++)
+		sqlite3_finalize(st->st[i]);
+	sqlite3_close(st->db);
+}
+
+/* Open the database file, check it, create the tables. 0, or -1 with err filled. */
+static int open_db(store *st, char *err, size_t cap)
+{
+	char b[512];
+	int r = sqlite3_open_v2(st->path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+	if (r != SQLITE_OK) {
+		snprintf(err, cap, "%s: cannot open: %s", st->path,
+			 st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(r));
+		return -1;
+	}
+	sqlite3_extended_result_codes(st->db, 1);
+	/* one broker per database: a second one is told so instead of sharing it */
+	if (query_text(st, "PRAGMA locking_mode=EXCLUSIVE", b, sizeof b) ||
+	    query_text(st, "PRAGMA journal_mode=WAL", b, sizeof b))
+		goto sql_error;
+	if (strcmp(b, "wal") != 0) {
+		snprintf(err, cap, "%s: cannot use a write-ahead log (journal mode %s)", st->path, b);
+		return -1;
+	}
+	if (query_text(st, st->o.no_sync ? "PRAGMA synchronous=OFF" : "PRAGMA synchronous=FULL",
+		       b, sizeof b))
+		goto sql_error;
+	if (query_text(st, "PRAGMA quick_check", b, sizeof b))
+		goto sql_error;
+	if (strcmp(b, "ok") != 0) {
+		snprintf(err, cap, "%s is damaged: %s", st->path, b);
+		return -1;
+	}
+	if (sqlite3_exec(st->db, schema, NULL, NULL, NULL) != SQLITE_OK)
+		goto sql_error;
+	int64_t v = query_int(st, "SELECT v FROM meta WHERE k='schema'");
+	if (v != 1) {
+		snprintf(err, cap, "%s: unknown schema version %lld", st->path, (long long)v);
+		return -1;
+	}
+	for (int i = 0; i < S_COUNT; i++)
+		if (sqlite3_prepare_v3(st->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &st->st[i],
+				       NULL) != SQLITE_OK)
+			goto sql_error;
+	/* a message without a queue row is nobody's */
+	if (sqlite3_exec(st->db, "DELETE FROM msgs WHERE mid NOT IN (SELECT mid FROM queue)",
+			 NULL, NULL, NULL) != SQLITE_OK)
+		goto sql_error;
+	int64_t mid = query_int(st, "SELECT COALESCE(MAX(mid),0) FROM msgs");
+	int64_t seq = query_int(st, "SELECT COALESCE(MAX(seq),0) FROM queue");
+	if (mid < 0 || seq < 0)
+		goto sql_error;
+	st->next_mid = (uint64_t)mid;
+	st->next_seq = (uint64_t)seq;
+	return 0;
+sql_error:;
+	int code = sqlite3_errcode(st->db) & 0xff;
+	if (code == SQLITE_NOTADB)
+		snprintf(err, cap, "%s is not a database (damaged or another file): %s", st->path,
+			 sqlite3_errmsg(st->db));
+	else if (code == SQLITE_CORRUPT)
+		snprintf(err, cap, "%s is damaged: %s", st->path, sqlite3_errmsg(st->db));
+	else if (code == SQLITE_BUSY)
+		snprintf(err, cap, "%s is in use by another process", st->path);
+	else
+		snprintf(err, cap, "%s: %s", st->path, sqlite3_errmsg(st->db));
+	return -1;
+}
+
+store *store_open(const char *dir, const store_opts *o, char *err, size_t cap)
+{
+	store *st = calloc(1, sizeof *st);
+	if (!st) {
+		snprintf(err, cap, "out of memory");
+		return NULL;
+	}
+	if (o)
+		st->o = *o;
+	if (st->o.max_batch <= 0)
+		st->o.max_batch = DEFAULT_BATCH;
+	struct stat sb;
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+		snprintf(err, cap, "cannot create %s: %s", dir, strerror(errno));
+		goto fail;
+	}
+	if (stat(dir, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
+		snprintf(err, cap, "%s is not a directory", dir);
+		goto fail;
+	}
+	snprintf(st->path, sizeof st->path, "%s/weft-mqtt.db", dir);
+	if (open_db(st, err, cap)) {
+		close_db(st);
+		goto fail;
+	}
+	weft_mutex_init(&st->qlock);
+	weft_mutex_init(&st->dlock);
+	weft_cond_init(&st->dcond);
+	st->ch = weft_chan_new(CHAN_CAP, sizeof(op *));
+	if (!st->ch) {
+		snprintf(err, cap, "out of memory");
+		close_db(st);
+		goto fail;
+	}
+	weft_chan_set_name(st->ch, "store writes");
+	return st;
+fail:
+	free(st);
+	return NULL;
+}
+
+int store_close(store *st)
+{
+	weft_mutex_lock(&st->qlock);
+	st->closed = true;
+	weft_mutex_unlock(&st->qlock);
+	weft_chan_close(st->ch); /* the writer commits what is queued, then ends */
+	if (st->started)
+		pthread_join(st->writer, NULL);
+	weft_chan_free(st->ch);
+	int failed = atomic_load(&st->failed);
+	if (!failed) /* fold the log into the database: the next open reads less */
+		sqlite3_exec(st->db, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL);
+	close_db(st);
+	free(st);
+	return failed ? -EIO : 0;
+}
+
+/* ---- loading ----------------------------------------------------------------------------- */
+
+static const char *col_blob(sqlite3_stmt *s, int i, uint32_t *len)
+{
+	const void *p = sqlite3_column_blob(s, i);
+	*len = (uint32_t)sqlite3_column_bytes(s, i);
+	return p ? p : "";
+}
+
+static void col_msg(sqlite3_stmt *s, int i, store_msg *m)
+{
+	uint32_t n;
+	m->topic = col_blob(s, i, &n);
+	m->topic_len = (uint16_t)n;
+	m->qos = (uint8_t)sqlite3_column_int(s, i + 1);
+	m->retain = (uint8_t)sqlite3_column_int(s, i + 2);
+	m->props = col_blob(s, i + 3, &m->props_len);
+	m->payload = col_blob(s, i + 4, &m->payload_len);
+	m->expiry = sqlite3_column_int64(s, i + 5);
+}
+
+enum { L_SESSIONS, L_SUBS, L_QUEUE, L_REL, L_RETAINED };
+static const char *const load_sql[] = {
+	"SELECT id, version, expiry_interval, disconnected_at FROM sessions ORDER BY id",
+	"SELECT id, filter, opts, subid FROM subs",
+	"SELECT q.id, q.mid, q.qos, q.pid, q.state, m.topic, m.qos, m.retain, m.props, m.payload,"
+	" m.expiry FROM queue q JOIN msgs m ON m.mid = q.mid ORDER BY q.id, q.seq",
+	"SELECT id, pid FROM rel",
+	"SELECT topic, qos, 0, props, payload, expiry FROM retained ORDER BY topic",
+};
+
+static void load_row(int what, sqlite3_stmt *s, const store_callbacks *cb, void *arg)
+{
+	uint32_t n, n2;
+	const char *id = col_blob(s, 0, &n);
+	switch (what) {
+	case L_SESSIONS:
+		if (cb->session) {
+			store_session ss = { id, (uint16_t)n, (uint8_t)sqlite3_column_int(s, 1),
+					     (uint32_t)sqlite3_column_int64(s, 2),
+					     sqlite3_column_int64(s, 3) };
+			cb->session(arg, &ss);
+		}
+		break;
+	case L_SUBS:
+		if (cb->sub) {
+			const char *f = col_blob(s, 1, &n2);
+			cb->sub(arg, id, (uint16_t)n, f, (uint16_t)n2,
+				(uint8_t)sqlite3_column_int(s, 2), (uint32_t)sqlite3_column_int64(s, 3));
+		}
+		break;
+	case L_QUEUE:
+		if (cb->queued) {
+			store_msg m;
+			col_msg(s, 5, &m);
+			cb->queued(arg, id, (uint16_t)n, (uint64_t)sqlite3_column_int64(s, 1), &m,
+				   (uint8_t)sqlite3_column_int(s, 2), (uint16_t)sqlite3_column_int(s, 3),
+				   (uint8_t)sqlite3_column_int(s, 4));
+		}
+		break;
+	case L_REL:
+		if (cb->rel)
+			cb->rel(arg, id, (uint16_t)n, (uint16_t)sqlite3_column_int(s, 1));
+		break;
+	case L_RETAINED:
+		if (cb->retained) {
+			store_msg m;
+			col_msg(s, 0, &m);
+			m.retain = 1;
+			cb->retained(arg, &m);
+		}
+		break;
+	}
+}
+
+int store_load(store *st, const store_callbacks *cb, void *arg)
+{
+	for (int what = L_SESSIONS; what <= L_RETAINED; what++) {
+		sqlite3_stmt *s;
+		if (sqlite3_prepare_v2(st->db, load_sql[what], -1, &s, NULL) != SQLITE_OK)
+			goto error;
+		int r;
+		while ((r = sqlite3_step(s)) == SQLITE_ROW)
+			load_row(what, s, cb, arg);
+		sqlite3_finalize(s);
+		if (r != SQLITE_DONE)
+			goto error;
+	}
+	return 0;
+error:
+	snprintf(st->load_err, sizeof st->load_err, "%s: reading back: %s", st->path,
+		 sqlite3_errmsg(st->db));
+	return -EIO;
+}

@@ -1,0 +1,166 @@
+/*
+ * store.h - weft-mqtt's durable state on SQLite: retained messages, persistent sessions with
+ * their subscriptions, queued and inflight QoS 1/2 messages, inbound QoS 2 packet ids. See
+ * store.c for the design and docs/weft-mqtt-durability.md for why SQLite and what it costs.
+ *
+ * Writes are asynchronous and ordered. Every write call copies its arguments, hands them to the
+ * store's writer thread and returns at once with a ticket (> 0) - or -errno: -EIO once the
+ * store has failed (a commit could not be written), -EPIPE after store_close, -ENOMEM, -EINVAL.
+ * The writer applies the writes in ticket order, many per transaction, and makes each
+ * transaction durable (fsync) before it reports the tickets in it done (group commit).
+ *
+ * The rule that matters: a message whose PUBACK/PUBREC the broker sends must be durable first.
+ * So: store_enqueue... for each persistent receiver, then store_wait(last ticket) before
+ * writing the PUBACK. A connection task that handled a batch of packets waits once, for the
+ * last ticket of the batch; many connections waiting at once share one fsync.
+ *
+ * Calls may come from any task or thread at once. Writing never blocks a worker: a task waits
+ * in store_wait only (parked on a task-aware condition variable), and at most briefly to hand
+ * a write over when the writer is 64 Ki writes behind (back-pressure). store_open, store_load
+ * and store_close do file I/O on the caller: call them at start-up and shutdown, or from a
+ * thread of the blocking pool (weft_blocking).
+ *
+ * Strings (client ids, topics, filters) are byte strings with a length, as on the wire; they
+ * need not be NUL-terminated. Times stored are Unix seconds (wall clock), since they must
+ * survive a restart: the broker converts its monotonic deadlines.
+ */
+#ifndef WEFT_MQTT_STORE_H
+#define WEFT_MQTT_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct store store;
+
+typedef struct store_opts {
+	int max_batch; /* writes per transaction at most; 0: 8192. 1: one commit - one fsync - per
+			* write (what group commit saves, for the benchmark) */
+	bool no_sync;  /* commit without fsync: survives a process crash, not a power cut.
+			* For measuring the cost of fsync only; the broker never sets it. */
+} store_opts;
+
+/*
+ * Open (creating it if needed) the store in directory dir (created too, mode 0700): the file
+ * dir/weft-mqtt.db and its write-ahead log. Checks the database (SQLite quick_check) so a
+ * damaged file is found now, not in the middle of serving. Returns NULL with a message in err
+ * (cut to cap): "... is not a database", "... is damaged: ...", "cannot create ...: ...".
+ * o may be NULL (defaults).
+ */
+store *store_open(const char *dir, const store_opts *o, char *err, size_t cap);
+
+/*
+ * Make every write made so far durable, stop the writer and close. Returns 0, or -EIO when the
+ * store had failed (store_error says why). Nobody may use st afterwards.
+ */
+int store_close(store *st);
+
+/* Why the store failed, or "" while it works. */
+const char *store_error(store *st);
+
+/* A message as stored. */
+typedef struct store_msg {
+	const char *topic;
+	uint16_t topic_len;
+	uint8_t qos;
+	uint8_t retain;
+	const void *props;     /* 5.0 properties as forwarded (may be NULL) */
+	uint32_t props_len;
+	const void *payload;
+	uint32_t payload_len;
+	int64_t expiry;        /* Unix seconds; 0: never expires */
+} store_msg;
+
+/* A persistent session, without its subscriptions and messages. */
+typedef struct store_session {
+	const char *id;
+	uint16_t id_len;
+	uint8_t version;          /* protocol level: 4 (3.1.1) or 5 */
+	uint32_t expiry_interval; /* seconds; UINT32_MAX: never */
+	int64_t disconnected_at;  /* Unix seconds, 0 while connected: the expiry counts from it */
+} store_session;
+
+/* ---- writes: each returns a ticket > 0 or -errno ------------------------------------------ */
+
+/* Set the retained message of m->topic (an empty payload clears it), or clear it. */
+int64_t store_put_retained(store *st, const store_msg *m);
+int64_t store_del_retained(store *st, const char *topic, uint16_t topic_len);
+
+/* Create or update a session; delete one with everything it holds (subscriptions, queued and
+ * inflight messages, QoS 2 ids). */
+int64_t store_put_session(store *st, const store_session *s);
+int64_t store_del_session(store *st, const char *id, uint16_t id_len);
+
+/* A subscription of session id: filter as subscribed ($share/... included), the SUBSCRIBE
+ * options byte, the 5.0 subscription identifier (0: none). Put replaces. */
+int64_t store_put_sub(store *st, const char *id, uint16_t id_len, const char *filter,
+		      uint16_t filter_len, uint8_t opts, uint32_t subid);
+int64_t store_del_sub(store *st, const char *id, uint16_t id_len, const char *filter,
+		      uint16_t filter_len);
+
+/*
+ * Queue message m for session id at QoS qos (1 or 2), after everything queued for it before.
+ * The message is stored once: *mid receives its id, with which store_enqueue_mid queues the
+ * same message for further sessions (a publish fanned out to many persistent subscribers).
+ * The message row goes when the last session holding it acknowledges it or is deleted.
+ */
+int64_t store_enqueue(store *st, const char *id, uint16_t id_len, const store_msg *m,
+		      uint8_t qos, uint64_t *mid);
+int64_t store_enqueue_mid(store *st, const char *id, uint16_t id_len, uint64_t mid,
+			  uint8_t qos);
+/*
+ * The queued message mid of session id went out with packet id pid: state 0 PUBLISH sent,
+ * 1 PUBREC received and PUBREL sent (QoS 2). After a restart it is resent with the same pid
+ * (DUP), or its PUBREL is.
+ */
+int64_t store_inflight(store *st, const char *id, uint16_t id_len, uint64_t mid, uint16_t pid,
+		       uint8_t state);
+/* The client acknowledged pid (PUBACK, or PUBCOMP for QoS 2): forget that delivery. */
+int64_t store_ack(store *st, const char *id, uint16_t id_len, uint16_t pid);
+
+/* Inbound QoS 2: the broker sent PUBREC for pid (add) or got its PUBREL (del). */
+int64_t store_rel_add(store *st, const char *id, uint16_t id_len, uint16_t pid);
+int64_t store_rel_del(store *st, const char *id, uint16_t id_len, uint16_t pid);
+
+/* ---- durability -------------------------------------------------------------------------- */
+
+/*
+ * Wait until the write with this ticket (and so every earlier one) is durable. From a task it
+ * parks the task; from a thread it sleeps the thread. Returns 0; -EIO when the store failed
+ * before the ticket was durable (the write may be lost: do not acknowledge it);
+ * -ETIMEDOUT; -ECANCELED.
+ */
+int store_wait(store *st, int64_t ticket, int64_t deadline);
+/* The highest ticket known durable (a snapshot, never waits). */
+int64_t store_durable(store *st);
+
+/* Counters since store_open: writes applied and transactions committed (each one fsync). */
+typedef struct store_stats {
+	uint64_t writes, commits;
+	int64_t commit_ns; /* time spent committing (fsync included) */
+} store_stats;
+void store_stats_get(store *st, store_stats *out);
+
+/* ---- start-up ---------------------------------------------------------------------------- */
+
+/* What store_load gives back; NULL callbacks are skipped. Pointers are valid during the call. */
+typedef struct store_callbacks {
+	void (*session)(void *arg, const store_session *s);
+	void (*sub)(void *arg, const char *id, uint16_t id_len, const char *filter,
+		    uint16_t filter_len, uint8_t opts, uint32_t subid);
+	/* queued and inflight messages of each session in the order they were queued; pid 0:
+	 * not sent yet */
+	void (*queued)(void *arg, const char *id, uint16_t id_len, uint64_t mid,
+		       const store_msg *m, uint8_t qos, uint16_t pid, uint8_t state);
+	void (*rel)(void *arg, const char *id, uint16_t id_len, uint16_t pid);
+	void (*retained)(void *arg, const store_msg *m);
+} store_callbacks;
+
+/*
+ * Read everything back, at start-up: sessions first, then their subscriptions, queued
+ * messages and QoS 2 ids, then retained messages. Returns 0, or -EIO with store_error saying
+ * what (a damaged database).
+ */
+int store_load(store *st, const store_callbacks *cb, void *arg);
+
+#endif
