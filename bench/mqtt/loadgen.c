@@ -319,8 +319,10 @@ static void conn_open(struct conn *c, const char *kind)
 	mosquitto_subscribe_callback_set(c->m, on_subscribe);
 	mosquitto_publish_callback_set(c->m, on_publish);
 	mosquitto_message_callback_set(c->m, on_message);
-	/* Our window bounds what is in flight; libmosquitto's own limit would only queue. */
-	mosquitto_max_inflight_messages_set(c->m, 0);
+	/* libmosquitto's own limit of 20 QoS 1/2 messages in flight per connection stays: a broker
+	 * may drop what goes past its own limit (mosquitto 2.0.11 drops the QoS 2 PUBLISHes of a
+	 * 3.1.1 client past its max_inflight_messages without a PUBREC: lost for good), and in
+	 * 5.0 libmosquitto keeps to the broker's Receive Maximum instead. */
 	int rc = mosquitto_connect_async(c->m, opt.host, opt.port, opt.keepalive);
 	if (rc != MOSQ_ERR_SUCCESS) {
 		fprintf(stderr, "mqtt-loadgen: connect %s:%d: %s\n", opt.host, opt.port,
@@ -380,18 +382,21 @@ static bool rbuf_pending(int fd)
 }
 
 /* Read until the socket would block (libmosquitto reads one packet per call); returns false
- * when the connection is lost. Stops after 4096 packets to let the others in, and then says
- * so in c->pending. */
+ * when the connection is lost. Stops after 4096 packets to let the others in. errno is how
+ * libmosquitto says "would block", but a write it makes while handling a packet (PUBACK,
+ * PUBREC, ...) can leave EAGAIN there too with bytes still in the buffer: so whatever the
+ * reason for stopping, c->pending says whether the buffer still holds bytes. */
 static bool conn_read(struct conn *c)
 {
-	c->pending = false;
 	for (int k = 0; k < 4096; k++) {
 		errno = 0;
 		int rc = mosquitto_loop_read(c->m, 1);
-		if (rc != MOSQ_ERR_SUCCESS)
+		if (rc != MOSQ_ERR_SUCCESS) {
+			c->pending = false;
 			return false;
+		}
 		if (errno == EAGAIN || errno == EWOULDBLOCK)
-			return true;
+			break;
 	}
 	c->pending = rbuf_pending(mosquitto_socket(c->m));
 	return true;
@@ -813,7 +818,8 @@ static int run_idle(void)
 			die("pipe failed");
 		if ((kids[i] = fork()) == 0) {
 			close(ready[0]), close(hold[1]);
-			snprintf(opt.prefix + strlen(opt.prefix), 8, "i%d", i);
+			size_t len = strlen(opt.prefix);
+			snprintf(opt.prefix + len, sizeof opt.prefix - len, "i%d", i);
 			idle_child(share, ready[1], hold[0]);
 		}
 		close(ready[1]);
