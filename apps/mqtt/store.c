@@ -742,8 +742,8 @@ enum { L_SESSIONS, L_SUBS, L_QUEUE, L_REL, L_RETAINED };
 static const char *const load_sql[] = {
 	"SELECT id, version, expiry_interval, disconnected_at FROM sessions ORDER BY id",
 	"SELECT id, filter, opts, subid FROM subs",
-	"SELECT q.id, q.mid, q.qos, q.pid, q.state, m.topic, m.qos, m.retain, m.props, m.payload,"
-	" m.expiry FROM queue q JOIN msgs m ON m.mid = q.mid ORDER BY q.id, q.seq",
+	("SELECT q.id, q.mid, q.qos, q.pid, q.state, m.topic, m.qos, m.retain, m.props, m.payload,"
+	 " m.expiry FROM queue q JOIN msgs m ON m.mid = q.mid ORDER BY q.id, q.seq"),
 	"SELECT id, pid FROM rel",
 	"SELECT topic, qos, 0, props, payload, expiry FROM retained ORDER BY topic",
 };
