@@ -41,6 +41,10 @@
  * With -b PID the broker's CPU time (utime+stime from /proc/PID/stat) is read when publishing
  * starts and after the run drains; cpu_us_per_msg is that divided by the deliveries.
  *
+ * Against mosquitto 2.0.11, QoS 2 over 5.0 (-V 5 -q 2) needs -w 20 or less: with more in
+ * flight, libmosquitto's subscribers drop their connections (receive maximum exceeded);
+ * bench/mqtt runs 3.1.1.
+ *
  * Output: one line of key=value pairs on stdout (bench/mqtt/run.sh parses it), a human summary
  * on stderr. The exit status is 1 when messages were lost or duplicated at QoS 1/2 (-q), or
  * when a connection failed.

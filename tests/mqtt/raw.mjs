@@ -3,7 +3,8 @@
 //
 // Covers, for 3.1.1 and 5.0: CONNACK codes for an unsupported protocol version (0x01, or 0x84
 // in 5.0 form), an unknown protocol name (closed), an empty client id with a persistent session
-// in 3.1.1 (0x02) and an assigned client identifier in 5.0, anonymous clients refused (0x05 /
+// in 3.1.1 (0x02), a client id that is not UTF-8 in 5.0 (0x85, or closed), an assigned client
+// identifier in 5.0, anonymous clients refused (0x05 /
 // 0x87); CONNECT with its reserved flag set; malformed packets (a remaining length over four
 // bytes, PUBLISH before CONNECT, a second CONNECT, SUBSCRIBE with wrong fixed-header flags,
 // PUBLISH at QoS 3, a wildcard in a PUBLISH topic, invalid UTF-8 in a topic, an unknown 5.0
@@ -216,6 +217,18 @@ test('connack_empty_client_id_v311', async () => {
 	await d.send(connectPacket({ version: 4, clientId: '', clean: true }));
 	await until(() => d.of(CONNACK).length, 3000, 'CONNACK');
 	eq(connackCode(d), 0, 'an empty id with a clean session is accepted');
+});
+
+test('connack_bad_client_id_v5', async () => {
+	await startBroker();
+	const c = await raw();
+	const id = Buffer.from([0x61, 0xff, 0x62]); // not UTF-8
+	const body = Buffer.concat([str('MQTT'), Buffer.from([5, 2]), u16(60), varint(0), u16(id.length), id]);
+	await c.send(packet(1, 0, body));
+	await until(() => c.closed, 3000, 'the connection to close');
+	const code = connackCode(c);
+	assert(code === undefined || code === 0x85 || code === 0x81 || code === 0x80,
+		`no CONNACK, or CONNACK client identifier not valid / malformed (got ${code})`);
 });
 
 test('connack_assigned_client_id_v5', async () => {
