@@ -600,3 +600,90 @@ TEST(bad_files_clear_errors)
 	CHECK(!tls_ctx_server(&none, err, sizeof err));
 	CHECK(strstr(err, "certfile and keyfile"));
 }
+
+/* ---- one connection shared by tasks, and writes that do not wait ------------------------- */
+
+#define DUPLEX_BYTES (SLOW ? (1 << 20) : (8 << 20))
+
+static tls_conn *dup_t;
+static uint8_t *dup_back;
+static atomic_int dup_read_done;
+
+static uint8_t pattern(size_t i)
+{
+	return (uint8_t)(i * 2654435761u >> 13);
+}
+
+/* Reads the echo while another task writes on the same connection. */
+static void duplex_reader(void *arg)
+{
+	(void)arg;
+	size_t got = 0;
+	while (got < DUPLEX_BYTES) {
+		if (tls_wait_readable(dup_t, weft_now() + 10000 * MS) < 0)
+			break;
+		ssize_t r = tls_read(dup_t, dup_back + got, DUPLEX_BYTES - got, 0);
+		if (r == -ETIMEDOUT)
+			continue;
+		CHECK(r > 0);
+		got += (size_t)r;
+	}
+	CHECK_EQ(got, DUPLEX_BYTES);
+	atomic_store(&dup_read_done, 1);
+}
+
+static int t_duplex(void *arg)
+{
+	(void)arg;
+	tls_opts o = server_opts(false);
+	server_start(&o);
+	tls_ctx *c = client_ctx("ca.crt", NULL, NULL);
+	int fd, rc;
+	dup_t = dial(c, &fd, &rc);
+	CHECK_EQ(rc, 0);
+	int small = 8192; /* a small send buffer: writes that do not wait get cut short */
+	CHECK(setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof small) == 0);
+	uint8_t *out = malloc(DUPLEX_BYTES);
+	dup_back = malloc(DUPLEX_BYTES);
+	for (size_t i = 0; i < DUPLEX_BYTES; i++)
+		out[i] = pattern(i);
+	weft_task *rd = weft_spawn(duplex_reader, NULL);
+	/* writes of odd sizes, as a broker's batches, some without waiting (deadline 0): a short
+	 * count means the rest is written by the next call, starting where it stopped */
+	size_t off = 0;
+	int partial = 0;
+	while (off < DUPLEX_BYTES) {
+		size_t n = 1 + (off * 7919) % 50000;
+		if (n > DUPLEX_BYTES - off)
+			n = DUPLEX_BYTES - off;
+		int64_t dl = (off / 50000) % 2 ? 0 : weft_now() + 10000 * MS;
+		ssize_t w = tls_write(dup_t, out + off, n, dl);
+		if (dl == 0 && w == -ETIMEDOUT) {
+			partial++;
+			weft_yield();
+			continue;
+		}
+		CHECK(w > 0);
+		partial += (size_t)w < n;
+		off += (size_t)w;
+	}
+	weft_join(rd);
+	CHECK(memcmp(out, dup_back, DUPLEX_BYTES) == 0);
+	fprintf(stderr, "%d MiB through one connection, %d writes cut short and resumed\n",
+		DUPLEX_BYTES >> 20, partial);
+	CHECK(partial > 0);
+	CHECK_EQ(tls_shutdown(dup_t, weft_now() + 2000 * MS), 0);
+	hangup(dup_t, fd);
+	server_stop();
+	tls_ctx_free(c);
+	tls_ctx_free(srv_ctx);
+	free(out);
+	free(dup_back);
+	return 0;
+}
+
+TEST(full_duplex_tasks_and_short_writes)
+{
+	setup();
+	RUN(t_duplex);
+}
