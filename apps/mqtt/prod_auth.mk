@@ -14,16 +14,18 @@ ifneq ($(ARCH),aarch64)
 TESTS += $(B)/tests/mqtt_auth $(B)/tests/mqtt_acl $(B)/tests/mqtt_ws
 endif
 
-# build.mk (read before this file) gathers every apps/mqtt/*.c into the broker and every
-# apps/mqtt/tests/*.c into a test. These modules are not wired into the broker yet and need
-# -lcrypto (absent from the aarch64 cross build): take them out of its link lines and test list,
-# and give the object names its prerequisites already hold an empty body. Drop this block once
-# build.mk leaves these files out (or links them with -lcrypto).
-PROD_AUTH_PHANTOM := $(PROD_AUTH_SRC:apps/mqtt/%.c=$(B)/obj/mqtt/%.o)
+# An older build.mk (read before this file) gathered every apps/mqtt/*.c into the broker and
+# every apps/mqtt/tests/*.c into a test. These modules are not wired into the broker yet and
+# need -lcrypto (absent from the aarch64 cross build): while that wildcard is in place, take
+# them out of its link lines and test list, and give the object names its prerequisites hold
+# an empty body. With build.mk listing its sources by name this block does nothing.
+PROD_AUTH_PHANTOM := $(filter $(PROD_AUTH_SRC:apps/mqtt/%.c=$(B)/obj/mqtt/%.o),$(MQTT_OBJ))
+ifneq ($(PROD_AUTH_PHANTOM),)
 MQTT_OBJ := $(filter-out $(PROD_AUTH_PHANTOM),$(MQTT_OBJ))
 TESTS := $(filter-out $(B)/tests/mqtt_auth_test $(B)/tests/mqtt_acl_test $(B)/tests/mqtt_ws_test,$(TESTS))
 $(PROD_AUTH_PHANTOM): | $(B)/obj/mqtt
 	echo 'typedef int weft_mqtt_not_linked_yet;' | $(CC) $(CFLAGS) -x c -c - -o $@
+endif
 
 $(B)/obj/mqtt-prod:
 	mkdir -p $@
