@@ -118,7 +118,7 @@ static void echo_conn(void *arg)
 	int fd = (int)(intptr_t)arg;
 	tls_conn *t = tls_conn_new(srv_ctx, fd);
 	CHECK(t);
-	int r = tls_handshake(t, weft_now() + 3000 * MS);
+	int r = tls_handshake(t, weft_now() + 10000 * MS);
 	int w = weft_worker_id();
 	if (w >= 0 && w < 31)
 		atomic_fetch_or(&workers_seen, 1 << w);
@@ -555,7 +555,7 @@ static int t_many(void *arg)
 	fprintf(stderr, "%d clients x 20 echoes in %lld ms on %d workers (seen mask %#x)\n", n,
 		(long long)(took / MS), weft_worker_max(), atomic_load(&workers_seen));
 	CHECK_EQ(atomic_load(&many_ok), n);
-	CHECK(took < 2500 * MS); /* well before the stalled handshakes' 3 s deadline */
+	CHECK(took < 8000 * MS); /* before the stalled handshakes time out (10 s) */
 	CHECK_EQ(atomic_load(&srv_failed), 0);
 	if (weft_worker_max() > 1) /* handshakes ran on more than one worker */
 		CHECK(__builtin_popcount((unsigned)atomic_load(&workers_seen)) > 1);
