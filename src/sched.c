@@ -444,7 +444,7 @@ static void busy_poll(void)
 }
 
 /* The next task to run from w's own queues, or NULL. */
-static inline weft_task *pick(struct worker *w)
+static inline __attribute__((always_inline)) weft_task *pick(struct worker *w)
 {
 	weft_task *t;
 	if (atomic_load_explicit(&w->tick, memory_order_relaxed) % GLOBAL_EVERY == 0) {
