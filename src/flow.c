@@ -13,13 +13,14 @@
  * rules: the first rule whose test passes). The first new event is run next by the same task,
  * without a spawn (a continuation: a chain of nodes costs one task per input); the others are
  * spawned, so a fan-out runs concurrently. A source's event is never handed on: after each run
- * the same task runs the source again (yielding once every SOURCE_BATCH runs, so that the
- * events it emitted get their turn on a single worker while an idle worker finds a batch worth
- * stealing, and sleeping while too many events are in flight). A detached node
- * runs through weft_blocking: the task parks while a pool thread runs the function, so a
- * blocking call in it holds no worker. (Pool threads keep the kernel's default timer slack:
- * giving them 1 ns, as workers have, made the dwarves' detached variant slower, as the
- * kernel could no longer merge their many wake-ups.)
+ * the same task runs the source again. It yields once every SOURCE_BATCH runs, so that the
+ * events it emitted get their turn even on a single worker while an idle worker finds a batch
+ * worth stealing, and it sleeps while too many events are in flight.
+ *
+ * Detached nodes run through weft_blocking: the task parks while a pool thread runs the
+ * function, so a blocking call in it holds no worker. Pool threads keep the kernel's default
+ * timer slack: giving them 1 ns, as workers have, made the dwarves' detached variant slower,
+ * as the kernel could no longer merge their many wake-ups.
  *
  * Guards. A guard is a hash map from key (bytes, built from the input record by a generated
  * function) to an entry: the value, who holds it, and a FIFO of events waiting for it. A
@@ -38,9 +39,10 @@
  * stops). It is one shared counter, so it is touched as little as possible: new events are
  * counted in one addition before they are spawned (a source counts SOURCE_CREDIT ahead and
  * gives back what it did not use when it stops), and a continuation takes over the count of
- * the event it follows, so a chain of nodes costs one subtraction in all. Stop sets a flag the sources check after each run; kill also makes every event that
- * has not started yet (or is woken from a guard queue) release what it holds and vanish, and
- * stops the routing of outputs. The last event to go posts `done`, and weft_flow_run returns.
+ * the event it follows, so a chain of nodes costs one subtraction in all. Stop sets a flag the
+ * sources check after each run; kill also makes every event that has not started yet (or is
+ * woken from a guard queue) release what it holds and vanish, and stops the routing of
+ * outputs. The last event to go posts `done`, and weft_flow_run returns.
  *
  * Counters. Each worker has a row of per-node counters, written only by that worker with
  * relaxed atomics and summed by readers. Reading the clock costs more than running a small
