@@ -22,9 +22,12 @@
  *
  * Waiting to read. A plaintext byte may sit in OpenSSL's buffer with nothing left on the socket
  * (and a complete record may sit in the socket after the edge that announced it was taken).
- * tls_wait_readable therefore asks OpenSSL first (SSL_pending, then a one-byte SSL_peek, which
- * reads the socket until it returns EAGAIN) and waits for the socket only when that says
- * WANT_READ.
+ * tls_wait_readable therefore looks first: plaintext buffered (SSL_pending) means ready; a
+ * partial record buffered, or bytes on the socket (a one-byte recv with MSG_PEEK), mean asking
+ * OpenSSL with a one-byte SSL_peek, which reads until it has a byte or the socket says EAGAIN.
+ * It waits for the socket only when that says WANT_READ, or when nothing is anywhere - then
+ * without calling OpenSSL at all, so that an idle connection holds no read buffer (with
+ * SSL_MODE_RELEASE_BUFFERS OpenSSL frees it once drained, but a read attempt allocates it).
  *
  * Writes go out as records of at most 16 KiB (SSL_MODE_ENABLE_PARTIAL_WRITE: each record
  * counts as written once it is all on the socket); writev gathers small iovecs into one
@@ -497,6 +500,16 @@ int tls_wait_readable(tls_conn *t, int64_t deadline)
 			if (SSL_pending(t->ssl) > 0)
 				break;
 			char c;
+			if (!SSL_has_pending(t->ssl) &&
+			    recv(t->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) < 0 &&
+			    (errno == EAGAIN || errno == EWOULDBLOCK)) {
+				/* nothing anywhere: wait without asking OpenSSL, which would
+				 * allocate its 16 KiB read buffer for an idle connection, and
+				 * give back the buffers the handshake left */
+				SSL_free_buffers(t->ssl);
+				w = WAIT_IN;
+				break;
+			}
 			ERR_clear_error();
 			errno = 0;
 			int r = SSL_peek(t->ssl, &c, 1);
