@@ -539,3 +539,21 @@ TEST(vs_mosquitto_patterns)
 	};
 	compare("patterns.acl", ids, 3, topics, (int)(sizeof topics / sizeof topics[0]));
 }
+
+/* What a per-message check costs with rules.acl (printed; bounded only loosely). */
+TEST(check_cost)
+{
+	acl_table *t = load("rules.acl");
+	acl_client *c = acl_bind_table(t, "carol", 5, "c1", 2);
+	int n = SLOW ? 100000 : 1000000, yes = 0;
+	int64_t s = weft_now();
+	for (int i = 0; i < n; i++)
+		yes += acl_check(c, "users/carol/inbox", 17, i & 1 ? ACL_READ : ACL_WRITE);
+	int64_t d = weft_now() - s;
+	CHECK_EQ(yes, n / 2);
+	printf("acl_check through a user without a section and 5 patterns: %.0f ns\n",
+	       (double)d / n);
+	CHECK(d / n < 20000);
+	acl_unbind(c);
+	acl_table_free(t);
+}
