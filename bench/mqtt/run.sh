@@ -13,8 +13,10 @@
 # The brokers take turns run by run (weft-mqtt, mosquitto, weft-mqtt, ...), so that changes in
 # the machine's load fall on both. The traffic scenarios run $RUNS times (default 3) after a
 # 0.5 s warm-up each, and report the median of: delivered msgs/s, the broker's CPU (utime+stime from /proc) per delivered message,
-# and the latency quantiles from the payloads' timestamps. Ratio rows (weft-mqtt / mosquitto)
-# follow. Output: JSON lines as bench/bench.h's bench_emit writes them; progress on stderr.
+# and the latency quantiles from the payloads' timestamps. In the throughput scenarios each
+# publisher keeps up to a window of messages in flight (-w), so their latencies are mostly that
+# queue (Little's law); the fixed-rate run is the latency measurement. Ratio rows
+# (weft-mqtt / mosquitto) follow. Output: JSON lines as bench/bench.h's bench_emit writes them; progress on stderr.
 #
 # mosquitto runs with its defaults (as Debian ships it) except: no persistence, max_connections
 # -1 (unlimited), and no logging (it would log every connection of the storm). Its default
