@@ -617,6 +617,14 @@ static int open_db(store *st, char *err, size_t cap)
 	if (query_text(st, st->o.no_sync ? "PRAGMA synchronous=OFF" : "PRAGMA synchronous=FULL",
 		       b, sizeof b))
 		goto sql_error;
+	if (st->o.max_bytes > 0) {
+		char q[64];
+		int64_t page = query_int(st, "PRAGMA page_size");
+		snprintf(q, sizeof q, "PRAGMA max_page_count=%lld",
+			 (long long)(st->o.max_bytes / (page > 0 ? page : 4096)));
+		if (query_text(st, q, b, sizeof b))
+			goto sql_error;
+	}
 	if (query_text(st, "PRAGMA quick_check", b, sizeof b))
 		goto sql_error;
 	if (strcmp(b, "ok") != 0) {

@@ -38,6 +38,8 @@ typedef struct store_opts {
 			* write (what group commit saves, for the benchmark) */
 	bool no_sync;  /* commit without fsync: survives a process crash, not a power cut.
 			* For measuring the cost of fsync only; the broker never sets it. */
+	int64_t max_bytes; /* cap on the database file (0: none): a write past it fails the
+			    * store, as a full disk does, instead of filling the disk */
 } store_opts;
 
 /*

@@ -73,11 +73,12 @@ typedef struct dump {
 static void add(dump *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void add(dump *d, const char *fmt, ...)
 {
-	char line[1024];
+	char *line;
 	va_list ap;
 	va_start(ap, fmt);
-	int n = vsnprintf(line, sizeof line, fmt, ap);
+	int n = vasprintf(&line, fmt, ap);
 	va_end(ap);
+	CHECK(n >= 0);
 	if (d->len + (size_t)n + 1 > d->cap) {
 		d->cap = (d->len + (size_t)n + 1) * 2;
 		d->buf = realloc(d->buf, d->cap);
@@ -85,6 +86,7 @@ static void add(dump *d, const char *fmt, ...)
 	}
 	memcpy(d->buf + d->len, line, (size_t)n + 1);
 	d->len += (size_t)n;
+	free(line);
 }
 
 static void cb_session(void *arg, const store_session *s)
@@ -624,4 +626,57 @@ TEST(bad_directory_and_second_user)
 	CHECK_EQ(store_close(st), 0);
 	st = open_ok(path, NULL);
 	CHECK_EQ(store_close(st), 0);
+}
+
+/* ---- a write that cannot be made durable --------------------------------------------------- */
+
+static int t_full(void *arg)
+{
+	(void)arg;
+	store *st = open_ok(path, NULL);
+	store_msg m = msg("kept", "before the limit", 1);
+	uint64_t mid;
+	CHECK_EQ(store_wait(st, store_enqueue(st, S("alice"), &m, 1, &mid), weft_now() + 5000 * MS),
+		 0);
+	CHECK_EQ(store_close(st), 0);
+	/* the same database capped at 256 KiB: as a full disk, a commit fails */
+	store_opts o = { .max_bytes = 256 * 1024 };
+	st = open_ok(path, &o);
+	char payload[4000];
+	memset(payload, 'f', sizeof payload - 1);
+	payload[sizeof payload - 1] = 0;
+	int64_t t = 0;
+	int r = 0, n = 0;
+	for (; n < 1000 && r == 0; n++) {
+		m = msg("full", payload, 1);
+		t = store_enqueue(st, S("bob"), &m, 1, &mid);
+		if (t < 0) { /* already failed: later writes are refused */
+			CHECK_EQ(t, -EIO);
+			r = -EIO;
+			break;
+		}
+		r = store_wait(st, t, weft_now() + 5000 * MS);
+	}
+	fprintf(stderr, "after %d messages: %d, %s\n", n, r, store_error(st));
+	CHECK_EQ(r, -EIO); /* never reported durable */
+	CHECK(strstr(store_error(st), "database or disk is full"));
+	CHECK_EQ(store_enqueue(st, S("bob"), &m, 1, &mid), -EIO);
+	CHECK_EQ(store_close(st), -EIO);
+	/* without the cap it opens, with everything that was reported durable */
+	st = open_ok(path, NULL);
+	char *txt = load_text(st);
+	CHECK(strstr(txt, "Q alice kept q1 p0 s0 r0 x0 props0 before the limit\n"));
+	int q = 0;
+	for (char *p = txt; (p = strstr(p, "Q bob full")); p++)
+		q++;
+	CHECK(q < n); /* the failed transaction's messages are not there */
+	free(txt);
+	CHECK_EQ(store_close(st), 0);
+	return 0;
+}
+
+TEST(full_disk_fails_loudly)
+{
+	path = fresh();
+	RUN(t_full);
 }
