@@ -8,8 +8,9 @@ BENCHES += $(B)/bench/mqtt
 $(B)/bin/weft-mqtt-load: bench/mqtt/loadgen.c | $(B)/bin
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< -lmosquitto -lm $(LDLIBS)
 
-# The benchmark is a script: it finds the load generator and the broker beside itself.
-$(B)/bench/mqtt: bench/mqtt/run.sh $(B)/bin/weft-mqtt-load | $(B)/bench
+# The benchmark is a script: it finds the load generator and the broker beside itself (in
+# $(B)/bin), so `make bench` builds the broker too.
+$(B)/bench/mqtt: bench/mqtt/run.sh $(B)/bin/weft-mqtt-load | $(B)/bench $(if $(wildcard apps/mqtt/build.mk),$(B)/bin/weft-mqtt)
 	cp $< $@
 	chmod +x $@
 endif
