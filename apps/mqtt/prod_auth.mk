@@ -5,13 +5,16 @@
 #   make B=build build/tests/mqtt_auth build/tests/mqtt_acl build/tests/mqtt_ws
 #   make mqtt-ws-fuzz FUZZ_TIME=60      libFuzzer over the WebSocket decoder (clang)
 #
-# There is no OpenSSL for the aarch64 cross build, so these tests are left out of it.
+# There is no OpenSSL for the aarch64 cross build, so these tests are left out of it, and out of
+# any build where OpenSSL's headers are missing (Debian: libssl-dev).
 PROD_AUTH_SRC := apps/mqtt/auth.c apps/mqtt/acl.c apps/mqtt/ws.c
 PROD_AUTH_OBJ := $(PROD_AUTH_SRC:apps/mqtt/%.c=$(B)/obj/mqtt-prod/%.o)
 PROD_AUTH_HDR := apps/mqtt/auth.h apps/mqtt/acl.h apps/mqtt/ws.h include/weft.h
 
 ifneq ($(ARCH),aarch64)
+ifneq ($(wildcard /usr/include/openssl/evp.h),)
 TESTS += $(B)/tests/mqtt_auth $(B)/tests/mqtt_acl $(B)/tests/mqtt_ws
+endif
 endif
 
 # An older build.mk (read before this file) gathered every apps/mqtt/*.c into the broker and

@@ -68,6 +68,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 #else
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -691,5 +692,152 @@ TEST(mqttjs_through_ws)
 	printf("%d MQTT bytes up through ws.c, %d frames down\n", atomic_load(&bytes_up),
 	       atomic_load(&frames_down));
 	CHECK(atomic_load(&bytes_up) > 400000);
+}
+/* ---- MQTT.js in headless Chromium through ws.c ---------------------------------------------- */
+
+static const char *page_js;     /* the MQTT.js browser bundle */
+static size_t page_js_len;
+static int page_wsport;
+static char page_result[512];
+static atomic_int page_done;
+
+static void http_send(int c, const char *type, const void *body, size_t n)
+{
+	char h[256];
+	int hn = snprintf(h, sizeof h, "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+			  "Connection: close\r\n\r\n", type, n);
+	write_all(c, h, (size_t)hn);
+	write_all(c, body, n);
+}
+
+/* Serves the page, the bundle, and /result?... where the page reports what it received. */
+static void *page_server(void *arg)
+{
+	int l = (int)(intptr_t)arg;
+	for (;;) {
+		int c = accept(l, NULL, NULL);
+		if (c < 0)
+			return NULL;
+		char req[4096];
+		ssize_t n = recv(c, req, sizeof req - 1, 0);
+		req[n > 0 ? n : 0] = 0;
+		if (!strncmp(req, "GET / ", 6)) {
+			char html[2048];
+			int hn = snprintf(html, sizeof html,
+				"<!doctype html><html><body><script src=\"/mqtt.min.js\"></script><script>\n"
+				"const got = [];\n"
+				"const report = s => fetch('/result?' + encodeURIComponent(s));\n"
+				"const c = mqtt.connect('ws://127.0.0.1:%d/mqtt',\n"
+				"  { protocolVersion: 5, clientId: 'chromium', reconnectPeriod: 0 });\n"
+				"c.on('error', e => report('ERROR ' + e));\n"
+				"c.on('message', (t, p) => { got.push(t + ' ' + p.length);\n"
+				"  if (got.length == 2) { report('DONE ' + got.sort().join(',')); c.end(); } });\n"
+				"c.on('connect', () => c.subscribe('browser/#', { qos: 1 }, () => {\n"
+				"  c.publish('browser/hello', 'from chromium', { qos: 1 });\n"
+				"  c.publish('browser/big', new Uint8Array(100000), { qos: 1 }); }));\n"
+				"</script></body></html>\n", page_wsport);
+			http_send(c, "text/html", html, (size_t)hn);
+		} else if (!strncmp(req, "GET /mqtt.min.js ", 17)) {
+			http_send(c, "text/javascript", page_js, page_js_len);
+		} else if (!strncmp(req, "GET /result?", 12)) {
+			char *e = strchr(req + 12, ' ');
+			if (e)
+				*e = 0;
+			snprintf(page_result, sizeof page_result, "%.500s", req + 12);
+			http_send(c, "text/plain", "ok", 2);
+			atomic_store(&page_done, 1);
+		} else {
+			write_all(c, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", 45);
+		}
+		close(c);
+	}
+}
+
+/*
+ * A page served by the test runs MQTT.js in headless Chromium over ws:// through the ws.c
+ * relay to a real mosquitto: it publishes (one 100 kB message) to itself and to a
+ * mosquitto_sub on plain TCP, and reports what it got back to the test's HTTP server.
+ */
+TEST(chromium_mqttjs_through_ws)
+{
+	const char *runner = getenv("RUNNER");
+	char bundle[600];
+	snprintf(bundle, sizeof bundle, "%s/tests/mqtt/node_modules/mqtt/dist/mqtt.min.js",
+		 WEFT_SRC_DIR);
+	if (runner && *runner) {
+		printf("skipped: under an emulator\n");
+		return;
+	}
+	if (system("command -v chromium >/dev/null && PATH=$PATH:/usr/sbin command -v mosquitto "
+		   ">/dev/null && command -v mosquitto_sub >/dev/null") != 0 ||
+	    access(bundle, R_OK) != 0) {
+		printf("skipped: needs chromium, mosquitto, mosquitto_sub and MQTT.js (%s)\n", bundle);
+		return;
+	}
+	FILE *bf = fopen(bundle, "r");
+	CHECK(bf);
+	static char js[1 << 21];
+	page_js_len = fread(js, 1, sizeof js, bf);
+	page_js = js;
+	fclose(bf);
+	signal(SIGPIPE, SIG_IGN);
+	int l = listen_port(&broker_port);
+	close(l);
+	char dir[] = "/tmp/weft-wsc-XXXXXX", cmd[4096], out[4096];
+	CHECK(mkdtemp(dir));
+	pid_t broker = fork();
+	CHECK(broker >= 0);
+	if (broker == 0) {
+		char port[16];
+		snprintf(port, sizeof port, "%d", broker_port);
+		execlp("sh", "sh", "-c", "PATH=$PATH:/usr/sbin exec mosquitto -p \"$0\" >/dev/null 2>&1",
+		       port, (char *)NULL);
+		_exit(127);
+	}
+	int s = -1;
+	for (int i = 0; i < 500 && (s = dial(broker_port)) < 0; i++)
+		usleep(10000);
+	CHECK(s >= 0);
+	close(s);
+	int ls = listen_port(&page_wsport), httpport;
+	int hs = listen_port(&httpport);
+	pthread_t acc, web;
+	pthread_create(&acc, NULL, acceptor, (void *)(intptr_t)ls);
+	pthread_create(&web, NULL, page_server, (void *)(intptr_t)hs);
+	snprintf(cmd, sizeof cmd, "mosquitto_sub -p %d -t 'browser/#' -C 2 -W 60 -F '%%t %%l' > %s/sub &",
+		 broker_port, dir);
+	CHECK_EQ(system(cmd), 0);
+	usleep(300000);
+	pid_t browser = fork();
+	CHECK(browser >= 0);
+	if (browser == 0) {
+		char url[64], profile[600];
+		snprintf(url, sizeof url, "http://127.0.0.1:%d/", httpport);
+		snprintf(profile, sizeof profile, "--user-data-dir=%s/profile", dir);
+		int null = open("/dev/null", O_WRONLY);
+		dup2(null, 1);
+		dup2(null, 2);
+		execlp("chromium", "chromium", "--headless", "--no-sandbox", "--disable-gpu",
+		       "--no-first-run", "--disable-dev-shm-usage", profile, url, (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 600 && !atomic_load(&page_done); i++)
+		usleep(100000);
+	kill(browser, SIGKILL);
+	waitpid(browser, NULL, 0);
+	snprintf(cmd, sizeof cmd, "for i in $(seq 100); do [ $(wc -l < %s/sub) -ge 2 ] && break; "
+		 "sleep 0.1; done; cat %s/sub", dir, dir);
+	FILE *p = popen(cmd, "r");
+	size_t n = fread(out, 1, sizeof out - 1, p);
+	out[n] = 0;
+	pclose(p);
+	kill(broker, SIGTERM);
+	waitpid(broker, NULL, 0);
+	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+	system(cmd);
+	printf("page reported: %s\nmosquitto_sub got:\n%s", page_result, out);
+	CHECK(atomic_load(&page_done));
+	CHECK(!strcmp(page_result, "DONE%20browser%2Fbig%20100000%2Cbrowser%2Fhello%2013"));
+	CHECK(strstr(out, "browser/hello 13\n") && strstr(out, "browser/big 100000\n"));
 }
 #endif
