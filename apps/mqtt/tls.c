@@ -551,8 +551,42 @@ static int write_record(tls_conn *t, const void *p, int n, int *wait)
 	return r;
 }
 
-/* Write the bytes of iov[0..cnt) (with `skip` of the first already gone), one record at a
- * time; wlock held. */
+/* Copy up to one record of bytes from iov[i] at off onwards into t->gather; returns how many. */
+static size_t gather(tls_conn *t, const struct iovec *iov, int cnt, int i, size_t off)
+{
+	size_t g = 0;
+	while (g < RECORD && i < cnt) {
+		size_t k = iov[i].iov_len - off;
+		if (k > RECORD - g)
+			k = RECORD - g;
+		memcpy(t->gather + g, (const uint8_t *)iov[i].iov_base + off, k);
+		g += k;
+		off += k;
+		if (off == iov[i].iov_len) {
+			i++;
+			off = 0;
+		}
+	}
+	return g;
+}
+
+/* Move the position (*i, *off) on by k bytes. */
+static void advance(const struct iovec *iov, int *i, size_t *off, size_t k)
+{
+	while (k > 0) {
+		size_t step = iov[*i].iov_len - *off;
+		if (step > k)
+			step = k;
+		*off += step;
+		k -= step;
+		if (*off == iov[*i].iov_len && k) {
+			(*i)++;
+			*off = 0;
+		}
+	}
+}
+
+/* Write the bytes of iov[0..cnt), one record at a time; wlock held. */
 static ssize_t write_all(tls_conn *t, const struct iovec *iov, int cnt, int64_t deadline)
 {
 	size_t total = 0, done = 0;
@@ -567,30 +601,15 @@ static ssize_t write_all(tls_conn *t, const struct iovec *iov, int cnt, int64_t 
 		}
 		const uint8_t *p = (const uint8_t *)iov[i].iov_base + off;
 		size_t len = iov[i].iov_len - off;
-		if (len < RECORD && done + len < total) { /* gather small pieces into one record */
+		if (len < RECORD && done + len < total) { /* small pieces: one record for several */
 			if (!t->gather && !(t->gather = malloc(RECORD)))
 				return done ? (ssize_t)done : -ENOMEM;
-			size_t g = 0;
-			int j = i;
-			size_t o = off;
-			while (g < RECORD && j < cnt) {
-				size_t k = iov[j].iov_len - o;
-				if (k > RECORD - g)
-					k = RECORD - g;
-				memcpy(t->gather + g, (const uint8_t *)iov[j].iov_base + o, k);
-				g += k;
-				o += k;
-				if (o == iov[j].iov_len) {
-					j++;
-					o = 0;
-				}
-			}
+			len = gather(t, iov, cnt, i, off);
 			p = t->gather;
-			len = g;
 		}
 		if (len > RECORD)
 			len = RECORD;
-		if (t->wpend > 0 && len < (size_t)t->wpend) /* the caller changed what it writes */
+		if (t->wpend > 0 && len < (size_t)t->wpend) /* not the bytes left unwritten */
 			return done ? (ssize_t)done : -EINVAL;
 		int w;
 		int r = write_record(t, p, (int)len, &w);
@@ -598,17 +617,7 @@ static ssize_t write_all(tls_conn *t, const struct iovec *iov, int cnt, int64_t 
 			return done ? (ssize_t)done : r;
 		if (r > 0) {
 			done += (size_t)r;
-			for (size_t k = (size_t)r; k > 0;) { /* advance by r bytes */
-				size_t step = iov[i].iov_len - off;
-				if (step > k)
-					step = k;
-				off += step;
-				k -= step;
-				if (off == iov[i].iov_len && k) {
-					i++;
-					off = 0;
-				}
-			}
+			advance(iov, &i, &off, (size_t)r);
 			continue;
 		}
 		int e = wait_for(t, w, deadline);
