@@ -389,23 +389,29 @@ TEST(rate_limit)
 	auth_clear();
 }
 
-/* The cost of one check, and that an unknown user costs what a known one does. */
+/* The cost of one check, and that an unknown user costs what a known one does (the fastest
+ * of several rounds of each, so that a busy machine does not decide). */
 TEST(check_cost)
 {
 	char err[512];
 	auth_table *t = auth_table_load(MQTT_TEST_DATA "/passwd", NULL, err, sizeof err);
 	CHECK(t);
-	int n = SLOW ? 20 : 200;
-	int64_t s = weft_now();
-	for (int i = 0; i < n; i++)
-		CHECK(!verify(t, "alice", "wrong"));
-	int64_t known = weft_now() - s;
-	s = weft_now();
-	for (int i = 0; i < n; i++)
-		CHECK(!verify(t, "nobody", "wrong"));
-	int64_t unknown = weft_now() - s;
+	int n = SLOW ? 10 : 50;
+	int64_t known = INT64_MAX, unknown = INT64_MAX;
+	for (int round = 0; round < 7; round++) {
+		int64_t s = weft_now();
+		for (int i = 0; i < n; i++)
+			CHECK(!verify(t, "alice", "wrong"));
+		int64_t d = weft_now() - s;
+		known = d < known ? d : known;
+		s = weft_now();
+		for (int i = 0; i < n; i++)
+			CHECK(!verify(t, "nobody", "wrong"));
+		d = weft_now() - s;
+		unknown = d < unknown ? d : unknown;
+	}
 	printf("per check: known user %.1f us, unknown user %.1f us\n", known / 1e3 / n,
 	       unknown / 1e3 / n);
-	CHECK(unknown * 3 > known && known * 3 > unknown);
+	CHECK(unknown * 2 > known && known * 2 > unknown);
 	auth_table_free(t);
 }
