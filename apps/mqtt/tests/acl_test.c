@@ -557,3 +557,45 @@ TEST(check_cost)
 	acl_unbind(c);
 	acl_table_free(t);
 }
+
+/* Random files made of ACL words, wildcards and junk: each loads, or fails with file:line. */
+TEST(random_files)
+{
+	static const char *words[] = { "topic", "pattern", "user", "read", "write", "readwrite",
+				       "deny", "a/b", "+", "#", "a/#", "%u", "%c", "/", " ", "\t",
+				       "\n", "\r\n", "#x", "$SYS/#", "a+", "x#", "\xff\xfe", "" };
+	uint64_t s = 0x9E3779B97F4A7C15ull;
+	int runs = SLOW ? 300 : 3000, ok = 0;
+	char text[2048], err[512], path[512];
+	snprintf(path, sizeof path, "%s", tmpfile_with("rand.acl", ""));
+	for (int i = 0; i < runs; i++) {
+		size_t n = 0;
+		int k = 1 + (int)(s % 60);
+		for (int j = 0; j < k && n < sizeof text - 32; j++) {
+			s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+			n += (size_t)snprintf(text + n, sizeof text - n, "%s", words[s % 24]);
+			if (s & 0x100)
+				text[n++] = ' ';
+		}
+		text[n] = 0;
+		FILE *f = fopen(path, "w");
+		CHECK(f);
+		fwrite(text, 1, n, f);
+		fclose(f);
+		err[0] = 0;
+		acl_table *t = acl_table_load(path, err, sizeof err);
+		if (t) {
+			ok++;
+			acl_client *c = acl_bind_table(t, "u+", 2, "%c", 2);
+			acl_check(c, "a/b", 3, ACL_READ);
+			acl_check_subscribe(c, "a/#", 3);
+			acl_unbind(c);
+			acl_table_free(t);
+		} else {
+			CHECK(!strncmp(err, path, strlen(path)) && err[strlen(path)] == ':' &&
+			      strstr(err, ": error: "));
+		}
+	}
+	printf("%d of %d random files loaded, the rest refused with file:line\n", ok, runs);
+	CHECK(ok > 0 && ok < runs);
+}

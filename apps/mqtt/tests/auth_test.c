@@ -415,3 +415,38 @@ TEST(check_cost)
 	CHECK(unknown * 2 > known && known * 2 > unknown);
 	auth_table_free(t);
 }
+
+/* Random files made of password-file pieces and junk: each loads, or fails with file:line. */
+TEST(random_files)
+{
+	static const char *parts[] = { "u", ":", "$7$", "$6$", "$", "101", "0", "99999999999",
+				       "fuV6V7hCulKuPrFZ", "aGFzaA==", "==", "\n", "\r\n", "#",
+				       " ", "\xc3\xa9", "ImrWR/hBhgIxB5iuaX39CMvz271YkeX29vCOBDRIdRr7ED1PHgu"
+				       "XoDq6dl4Afku0Hv3hdtbobZ+Qywtc7Xxl2Q==", "" };
+	uint64_t s = 0x2545F4914F6CDD1Dull;
+	int runs = SLOW ? 300 : 3000, ok = 0;
+	char text[4096], err[512], path[512];
+	snprintf(path, sizeof path, "%s", tmp("rand"));
+	auth_opts allow = { .allow_plain = true };
+	for (int i = 0; i < runs; i++) {
+		size_t n = 0;
+		int k = 1 + (int)(s % 40);
+		for (int j = 0; j < k && n < sizeof text - 128; j++) {
+			s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+			n += (size_t)snprintf(text + n, sizeof text - n, "%s", parts[s % 18]);
+		}
+		write_file(path, text);
+		err[0] = 0;
+		auth_table *t = auth_table_load(path, i & 1 ? &allow : NULL, err, sizeof err);
+		if (t) {
+			ok++;
+			verify(t, "u", "x");
+			auth_table_free(t);
+		} else {
+			CHECK(!strncmp(err, path, strlen(path)) && err[strlen(path)] == ':' &&
+			      strstr(err, ": error: "));
+		}
+	}
+	printf("%d of %d random files loaded, the rest refused with file:line\n", ok, runs);
+	CHECK(ok > 0 && ok < runs);
+}
