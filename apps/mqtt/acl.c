@@ -609,3 +609,12 @@ bool acl_check_subscribe(const acl_client *c, const char *filter, size_t len)
 		return false;
 	return decide_sub(c->v + c->nmine, c->npat, filter, len) > 0;
 }
+
+bool acl_allowed(const char *user, size_t ul, const char *id, size_t il, const char *topic,
+		 size_t len, int access)
+{
+	acl_client *c = acl_bind(user, ul, id, il);
+	bool ok = acl_check(c, topic, len, access);
+	acl_unbind(c);
+	return ok;
+}

@@ -77,6 +77,11 @@ bool acl_check(const acl_client *c, const char *topic, size_t len, int access);
  */
 bool acl_check_subscribe(const acl_client *c, const char *filter, size_t len);
 
+/* One question against the current rules, binding and unbinding around it: for a decision
+ * outside a connection (a will published after its client left, an admin tool). */
+bool acl_allowed(const char *user, size_t user_len, const char *client_id, size_t id_len,
+		 const char *topic, size_t len, int access);
+
 /* Topic matching as mosquitto does it, exposed for tests. */
 bool acl_match(const char *filter, size_t flen, const char *topic, size_t tlen);
 /* Every topic f matches, cover matches. */

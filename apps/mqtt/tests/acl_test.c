@@ -315,6 +315,9 @@ TEST(reload_and_stale)
 	acl_client *d = acl_bind("u", 1, "c", 1);
 	CHECK(!acl_check(d, "x", 1, W));
 	acl_unbind(d);
+	CHECK(acl_allowed("u", 1, "c", 1, "x", 1, R));
+	CHECK(!acl_allowed("u", 1, "c", 1, "x", 1, W));
+	CHECK(!acl_allowed(NULL, 0, "c", 1, "x", 1, R));
 	/* the old table lives while a client holds it */
 	acl_clear();
 	CHECK(acl_stale(c));
