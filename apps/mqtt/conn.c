@@ -599,8 +599,15 @@ static void conn_end(conn *c, int rc, bool will)
 		uint8_t *buf = NULL;
 		uint32_t len = 0;
 		WEFT_WITH_LOCK(&s->lock) {
+			/* A writer task blocked on a client that reads nothing would wait forever:
+			 * after half a second, shut the socket under it. */
+			int64_t dl = weft_now() + 500000000;
 			while (s->writing)
-				weft_cond_wait(&s->idle, &s->lock);
+				if (weft_cond_wait_until(&s->idle, &s->lock, dl) == -ETIMEDOUT &&
+				    s->writing) {
+					shutdown(c->fd, SHUT_RDWR);
+					dl = WEFT_FOREVER;
+				}
 			c->closing = true;
 			if (c->version == 5 && rc && rc != 1) {
 				uint8_t d[8];
