@@ -73,6 +73,11 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Counters and flags that one thread writes and another reads (the main thread watches the
+ * workers' progress): release/acquire accesses for those, plain ones elsewhere. */
+#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_ACQUIRE)
+#define STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELEASE)
+
 #define MAGIC 0x77656674u /* "weft": tells our payloads from stray ones */
 #define MAX_WORKERS 64
 
@@ -233,10 +238,10 @@ static void on_connect(struct mosquitto *m, void *arg, int rc)
 	struct conn *c = arg;
 	if (rc) {
 		fprintf(stderr, "mqtt-loadgen: CONNACK %d (%s)\n", rc, mosquitto_connack_string(rc));
-		c->failed = true;
+		STORE(c->failed, true);
 		return;
 	}
-	c->connected = true;
+	STORE(c->connected, true);
 	if (!c->is_pub && !opt.idle) {
 		char topic[128];
 		if (opt.shape == PAIRS)
@@ -245,7 +250,7 @@ static void on_connect(struct mosquitto *m, void *arg, int rc)
 			snprintf(topic, sizeof topic, "%s/%s", opt.prefix,
 				 opt.shape == FANIN ? "fanin" : "fanout");
 		if (mosquitto_subscribe(m, NULL, topic, opt.qos) != MOSQ_ERR_SUCCESS)
-			c->failed = true;
+			STORE(c->failed, true);
 	}
 }
 
@@ -255,9 +260,9 @@ static void on_subscribe(struct mosquitto *m, void *arg, int mid, int n, const i
 	struct conn *c = arg;
 	if (n < 1 || granted[0] != opt.qos) {
 		fprintf(stderr, "mqtt-loadgen: subscription granted QoS %d\n", n ? granted[0] : -1);
-		c->failed = true;
+		STORE(c->failed, true);
 	}
-	c->subscribed = true;
+	STORE(c->subscribed, true);
 }
 
 static void on_publish(struct mosquitto *m, void *arg, int mid)
@@ -302,10 +307,10 @@ static void on_message(struct mosquitto *m, void *arg, const struct mosquitto_me
 		w->hist[bucket_of((uint64_t)(t - (int64_t)p.ts))]++;
 	if (t >= tm)
 		w->measured++;
-	w->received++;
+	STORE(w->received, w->received + 1);
 	w->last_recv_ns = t;
 	mark_seen(&c->seen[p.pub], p.seq);
-	atomic_fetch_add_explicit(&w->delivered[p.pub], 1, memory_order_relaxed);
+	atomic_fetch_add(&w->delivered[p.pub], 1); /* seq_cst: see wake_waiting */
 }
 
 /* ---- connections ----------------------------------------------------------------------------- */
@@ -414,7 +419,7 @@ static bool may_publish(struct conn *c, int64_t now)
 		return now >= c->next_ns;
 	uint64_t delivered = 0;
 	for (int i = 0; i < opt.nworkers; i++)
-		delivered += atomic_load_explicit(&workers[i].delivered[c->idx], memory_order_relaxed);
+		delivered += atomic_load(&workers[i].delivered[c->idx]);
 	uint64_t owed = c->sent * (uint64_t)c->fanout - c->written_off;
 	if (owed - delivered < (uint64_t)opt.window * (uint64_t)c->fanout) {
 		c->blocked_since = 0;
@@ -442,10 +447,10 @@ static void publish_one(struct conn *c, int64_t now)
 	int rc = mosquitto_publish(c->m, NULL, topic, opt.size, buf, opt.qos, false);
 	if (rc != MOSQ_ERR_SUCCESS) {
 		fprintf(stderr, "mqtt-loadgen: publish: %s\n", mosquitto_strerror(rc));
-		c->failed = true;
+		STORE(c->failed, true);
 		return;
 	}
-	c->sent++;
+	STORE(c->sent, c->sent + 1);
 	if (opt.rate > 0)
 		c->next_ns += (int64_t)(1e9 * opt.npub / opt.rate);
 }
@@ -483,14 +488,15 @@ static void conn_watch(struct conn *c)
 	rbuf_register(fd);
 }
 
-/* Wake the workers whose publishers wait for deliveries this worker has just counted. */
+/* Wake the workers whose publishers wait for deliveries this worker has just counted. A
+ * waiting worker sets `waiting`, then reads the counters; this one adds to the counters, then
+ * reads `waiting`: all sequentially consistent, so one of the two sees the other (and a
+ * missed wake-up would cost 1 ms, the waiting worker's timeout). */
 static void wake_waiting(struct worker *self)
 {
-	atomic_thread_fence(memory_order_seq_cst);
 	for (int i = 0; i < opt.nworkers; i++) {
 		struct worker *w = &workers[i];
-		if (w != self && atomic_load_explicit(&w->waiting, memory_order_relaxed) &&
-		    atomic_exchange(&w->waiting, false)) {
+		if (w != self && atomic_load(&w->waiting) && atomic_exchange(&w->waiting, false)) {
 			uint64_t one = 1;
 			if (write(w->efd, &one, sizeof one) < 0)
 				continue;
@@ -513,7 +519,6 @@ static void *worker_main(void *arg)
 			if (!more && next_due == INT64_MAX && opt.rate <= 0) {
 				/* Shut windows: ask to be woken, then look once more. */
 				atomic_store(&w->waiting, true);
-				atomic_thread_fence(memory_order_seq_cst);
 				more = publish_some(w, &next_due);
 				wait = 1000000;
 			}
@@ -551,14 +556,14 @@ static void *worker_main(void *arg)
 					if (!c->failed)
 						fprintf(stderr, "mqtt-loadgen: connection %s%d lost\n",
 							c->is_pub ? "pub" : "sub", c->idx);
-					c->failed = true;
+					STORE(c->failed, true);
 				}
 			if (evs[i].events & EPOLLOUT)
 				mosquitto_loop_write(c->m, 1);
 		}
 		for (int i = 0; pending && i < w->n; i++)
 			if (w->c[i]->pending && !conn_read(w->c[i]))
-				w->c[i]->failed = true;
+				STORE(w->c[i]->failed, true);
 		if (w->received != got && opt.rate <= 0)
 			wake_waiting(w);
 		if ((now = now_ns()) - last_misc > 100000000) {
@@ -576,7 +581,7 @@ static int count_where(struct conn *cs, int n, int what)
 {
 	int k = 0;
 	for (int i = 0; i < n; i++)
-		k += what == 0 ? cs[i].connected : what == 1 ? cs[i].subscribed : cs[i].failed;
+		k += what == 0 ? LOAD(cs[i].connected) : what == 1 ? LOAD(cs[i].subscribed) : LOAD(cs[i].failed);
 	return k;
 }
 
@@ -604,7 +609,7 @@ static uint64_t total_sent(void)
 {
 	uint64_t s = 0;
 	for (int i = 0; i < opt.npub; i++)
-		s += pubs[i].sent;
+		s += LOAD(pubs[i].sent);
 	return s;
 }
 
@@ -612,7 +617,7 @@ static uint64_t total_received(void)
 {
 	uint64_t r = 0;
 	for (int i = 0; i < opt.nworkers; i++)
-		r += workers[i].received;
+		r += LOAD(workers[i].received);
 	return r;
 }
 
@@ -620,7 +625,7 @@ static uint64_t expected_deliveries(void)
 {
 	uint64_t e = 0;
 	for (int i = 0; i < opt.npub; i++)
-		e += pubs[i].sent * (uint64_t)pubs[i].fanout;
+		e += LOAD(pubs[i].sent) * (uint64_t)pubs[i].fanout;
 	return e;
 }
 
@@ -631,7 +636,7 @@ static void drain(void)
 	uint64_t last = total_received();
 	for (;;) {
 		usleep(5000);
-		uint64_t r = total_received(); /* racy reads of counters: fine for a stop test */
+		uint64_t r = total_received();
 		int64_t t = now_ns();
 		if (r >= expected_deliveries() && (opt.qos == 0 || r == last))
 			break;
@@ -657,7 +662,7 @@ static void await_connacks(struct conn *cs, int n)
 			return;
 		for (int i = 0; i < n; i++)
 			if (!cs[i].connected && !cs[i].failed && !conn_read(&cs[i]))
-				cs[i].failed = true;
+				STORE(cs[i].failed, true);
 	}
 }
 
