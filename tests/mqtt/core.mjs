@@ -5,7 +5,8 @@
 // broker drops the packet and both sockets: the publisher's PUBREC, its PUBREL, the
 // subscriber's PUBREC, the PUBREL to the subscriber; both clients reconnect to their sessions
 // and finish the flows); persistent sessions (session present, QoS 1 and 2 queued while away,
-// a clean session starts empty); $SYS topics not matched by # or +/...; overlapping
+// a clean session starts empty); $SYS topics not matched by # or +/...; $SYS/broker statistics
+// (uptime, clients, messages and bytes, named and written as mosquitto does); overlapping
 // subscriptions (one copy at the highest QoS); shared subscriptions (each message to exactly one
 // member of the group, while a plain subscriber gets them all).
 // Against mosquitto 2.0.11: all pass but overlapping_subscriptions_v311, where mosquitto deviates
@@ -114,6 +115,21 @@ for (const v of [4, 5]) {
 		await sleep(1200); // one more $SYS interval
 		eq(all.messages.map((m) => m.topic), ['n/x'], '# matches no $SYS topic');
 		eq(plus.messages.length, 0, '+/broker/# matches no $SYS topic');
+	});
+
+	test(`sys_statistics_${tag}`, async () => {
+		await startBroker({ sys_interval: 1 });
+		const c = await client(v);
+		await c.subscribeAsync('$SYS/broker/#', { qos: 0 });
+		const want = ['$SYS/broker/uptime', '$SYS/broker/clients/connected', '$SYS/broker/messages/received',
+			'$SYS/broker/messages/sent', '$SYS/broker/bytes/received', '$SYS/broker/bytes/sent'];
+		const seen = () => new Set(c.messages.map((m) => m.topic));
+		await until(() => want.every((t) => seen().has(t)), 3000, `${want.join(', ')} (have ${[...seen()].join(', ')})`);
+		const last = (t) => c.messages.filter((m) => m.topic === t).at(-1).payload;
+		// The value retained at subscribe time may predate this client: wait for the next.
+		await until(() => Number.parseInt(last('$SYS/broker/clients/connected'), 10) >= 1, 2500,
+			'clients/connected to count this client');
+		assert(/^\d+ seconds$/.test(last('$SYS/broker/uptime')), `uptime as mosquitto writes it: "${last('$SYS/broker/uptime')}"`);
 	});
 
 	test(`overlapping_subscriptions_${tag}`, async () => {
