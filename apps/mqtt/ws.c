@@ -33,6 +33,8 @@
 #include "ws.h"
 
 #define GUID "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+#define HTTP_MAX 256                     /* our longest HTTP answer is 163 bytes */
+_Static_assert(HTTP_MAX + 2 + 125 + 4 <= WS_REPLY_MAX, "answer, pong and close fit a reply");
 
 void ws_init(ws *w, const ws_limits *lim)
 {
@@ -49,10 +51,29 @@ void ws_init(ws *w, const ws_limits *lim)
 	w->state = WS_HANDSHAKE;
 }
 
-void ws_free(ws *w)
+/* The request buffer; the HTTP answer goes with it unless it is still to be fetched. */
+static void free_request(ws *w)
 {
 	free(w->req);
 	w->req = NULL;
+}
+
+void ws_free(ws *w)
+{
+	free_request(w);
+	free(w->http);
+	w->http = NULL;
+	w->http_len = 0;
+}
+
+static char *http_buf(ws *w)
+{
+	if (!w->http) {
+		w->http = malloc(HTTP_MAX);
+		if (!w->http)
+			abort();
+	}
+	return w->http;
 }
 
 /* ---- replies -------------------------------------------------------------------------------- */
@@ -88,9 +109,13 @@ size_t ws_close_frame(uint8_t out[4], int code)
 size_t ws_reply(ws *w, uint8_t *out)
 {
 	size_t n = 0;
-	memcpy(out, w->http, w->http_len);
-	n += w->http_len;
-	w->http_len = 0;
+	if (w->http) {
+		memcpy(out, w->http, w->http_len);
+		n += w->http_len;
+		free(w->http);
+		w->http = NULL;
+		w->http_len = 0;
+	}
 	if (w->pong_pending) {
 		out[n++] = 0x8A;
 		out[n++] = w->pong_len;
@@ -112,10 +137,10 @@ static int fail(ws *w, int r)
 		const char *msg = r == WS_E_VERSION ? "426 Upgrade Required\r\nSec-WebSocket-Version: 13"
 				  : r == WS_E_REQUEST_TOO_LARGE ? "431 Request Header Fields Too Large"
 								: "400 Bad Request";
-		int len = snprintf(w->http, sizeof w->http,
+		int len = snprintf(http_buf(w), HTTP_MAX,
 				   "HTTP/1.1 %s\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", msg);
-		w->http_len = (uint16_t)len;
-		ws_free(w);
+		w->http_len = (uint16_t)(len < HTTP_MAX ? len : HTTP_MAX - 1);
+		free_request(w);
 	} else {
 		w->close_pending = true;
 		w->close_code = (uint16_t)-r;
@@ -241,12 +266,12 @@ static int upgrade(ws *w, const char *req, size_t len)
 	w->protocol = !offered ? NULL : mqtt ? "mqtt" : "mqttv3.1";
 	char accept[29];
 	ws_accept_key(key.p, key.n, accept);
-	int n = snprintf(w->http, sizeof w->http,
+	int n = snprintf(http_buf(w), HTTP_MAX,
 			 "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
 			 "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n%s%s%s\r\n",
 			 accept, w->protocol ? "Sec-WebSocket-Protocol: " : "",
 			 w->protocol ? w->protocol : "", w->protocol ? "\r\n" : "");
-	w->http_len = (uint16_t)n;
+	w->http_len = (uint16_t)(n < HTTP_MAX ? n : HTTP_MAX - 1);
 	return 0;
 }
 
@@ -269,7 +294,7 @@ static long take_request(ws *w, const uint8_t *in, size_t n)
 		return take < n || w->req_len == w->lim.max_request ? WS_E_REQUEST_TOO_LARGE : (long)n;
 	size_t hend = (size_t)(e - w->req) + 4;
 	int r = upgrade(w, w->req, hend);
-	ws_free(w);
+	free_request(w);
 	if (r)
 		return r;
 	w->state = WS_OPEN;

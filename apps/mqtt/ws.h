@@ -78,7 +78,7 @@ typedef struct ws {
 	uint64_t msg_len;
 	uint8_t ctl[125], ctl_len;        /* a control frame's payload */
 	/* replies not yet fetched */
-	char http[384];
+	char *http;                       /* the HTTP answer (heap, only until it is fetched) */
 	uint16_t http_len;
 	bool pong_pending;
 	uint8_t pong[125], pong_len;
