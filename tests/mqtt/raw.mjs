@@ -9,7 +9,9 @@
 // bytes, PUBLISH before CONNECT, a second CONNECT, SUBSCRIBE with wrong fixed-header flags,
 // PUBLISH at QoS 3, a wildcard in a PUBLISH topic, invalid UTF-8 in a topic, an unknown 5.0
 // property, a topic alias over the maximum); a client that sends half a packet and stops, and
-// keep-alive enforcement (closed after 1.5 times the keep-alive); the receive maximum (no more
+// keep-alive enforcement (closed after 1.5 times the keep-alive); a subscriber that stops
+// reading while 30 MB of QoS 0 messages come for it (others go on; the broker's memory grows by
+// less than 24 MiB: it drops or bounds, it does not buffer it all); the receive maximum (no more
 // unacknowledged QoS 1 messages in flight to the client than it allows); a message over the
 // broker's message_size_limit. In every malformed case the offending client is disconnected
 // (in 5.0 any DISCONNECT it gets carries a reason code of 0x80 or more) while another client
@@ -22,6 +24,7 @@ import {
 	test, startBroker, client, raw, until, eq, assert, sleep, connectPacket, subscribePacket,
 	publishPacket, packet, str, u16, varint, CONNACK, PUBLISH, PUBACK, DISCONNECT,
 } from './lib.mjs';
+import { readFileSync } from 'node:fs';
 
 const tags = { 4: 'v311', 5: 'v5' };
 
@@ -187,6 +190,27 @@ for (const v of [4, 5]) {
 		await until(() => c.closed, 7000, 'the broker to drop the silent client');
 		const dt = Date.now() - t0;
 		assert(dt >= 900 && dt < 3000, `dropped after ${dt} ms: 1.5 x a keep-alive of 1 s (and a margin)`);
+	});
+
+	test(`slow_subscriber_qos0_${tag}`, async () => {
+		const b = await startBroker();
+		const rss = () => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${b.child.pid}/status`, 'utf8'))[1]);
+		const ok = await bystanders(v);
+		const slow = await connected(v, { clientId: 'slow' });
+		await slow.send(subscribePacket(1, 'slow/t', 0, v));
+		await until(() => slow.of(9).length, 3000, 'SUBACK');
+		slow.sock.pause(); // reads nothing more: the broker's writes to it back up
+		const p = await client(v);
+		const rss0 = rss(), payload = Buffer.alloc(1000, 120);
+		for (let i = 0; i < 30000; i++) { // 30 MB at QoS 0
+			p.publish('slow/t', payload, { qos: 0 });
+			if (i % 1000 === 999) await sleep(1);
+		}
+		await ok('30 MB of QoS 0 for a subscriber that does not read');
+		const grown = rss() - rss0;
+		// (Not in sanitizer builds, which keep freed memory in quarantine.)
+		if (!/lib[at]san/.test(readFileSync(`/proc/${b.child.pid}/maps`, 'utf8')))
+			assert(grown < 24 * 1024, `the broker holds at most part of what the slow subscriber cannot take (RSS grew ${grown} KiB)`);
 	});
 
 	test(`message_size_limit_${tag}`, async () => {
