@@ -637,7 +637,9 @@ void weft_barrier_destroy(weft_barrier *b);
 #include <sys/types.h>
 #include <sys/uio.h>
 
-/* Wait until fd is ready: events is EPOLLIN and/or EPOLLOUT (<sys/epoll.h>). 0 or -errno. */
+/* Wait until fd is ready: events is EPOLLIN and/or EPOLLOUT (<sys/epoll.h>). 0 or -errno.
+ * Level-triggered, as poll(2): data already waiting (say, left by a read that filled its
+ * buffer) answers at once. */
 int weft_fd_wait(int fd, uint32_t events, int64_t deadline);
 ssize_t weft_read(int fd, void *buf, size_t n, int64_t deadline);
 ssize_t weft_write(int fd, const void *buf, size_t n, int64_t deadline);

@@ -41,6 +41,18 @@ static int thread_wait(int fd, uint32_t events, int64_t deadline)
 	}
 }
 
+/* The poller is edge-triggered: it reports readiness that arrives after the last operation
+ * that came back empty-handed. A caller of weft_fd_wait may not have gone that far (it read
+ * one buffer of several waiting), so look at the level first, as poll(2) would. weft's own
+ * operations wait only after EAGAIN and skip this system call. */
+static bool ready_now(int fd, uint32_t events)
+{
+	struct pollfd p = { .fd = fd, .events = (short)((events & EPOLLIN ? POLLIN : 0) |
+							 (events & EPOLLOUT ? POLLOUT : 0)) };
+	struct timespec zero = { 0, 0 };
+	return sys_ppoll(&p, 1, &zero) > 0;
+}
+
 int weft_fd_wait(int fd, uint32_t events, int64_t deadline)
 {
 	if (fd < 0)
@@ -50,7 +62,9 @@ int weft_fd_wait(int fd, uint32_t events, int64_t deadline)
 	if (!weft_self())
 		return thread_wait(fd, events, deadline);
 	int err = poll_manage(fd);
-	return err ? err : poll_wait(fd, events, deadline);
+	if (err)
+		return err;
+	return ready_now(fd, events) ? 0 : poll_wait(fd, events, deadline);
 }
 
 /* Retry op while it says EAGAIN, waiting for `events` in between. */

@@ -21,4 +21,5 @@
 #define sys_accept4(fd, a, l, fl) syscall(SYS_accept4, (fd), (a), (l), (fl))
 #define sys_connect(fd, a, l) syscall(SYS_connect, (fd), (a), (l))
 #define sys_close(fd) syscall(SYS_close, (fd))
+#define sys_ppoll(p, n, ts) syscall(SYS_ppoll, (p), (n), (ts), NULL, 0)
 #endif

@@ -186,6 +186,32 @@ static int eof_and_reset(void *arg)
 	return 0;
 }
 
+/* weft_fd_wait reports readiness that is already there, not only new edges: after a read
+ * that left data behind, it returns at once. */
+static int fd_wait_is_level_triggered(void *arg)
+{
+	(void)arg;
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+	char b[4];
+	CHECK_EQ(weft_write(sv[1], "abcdefgh", 8, WEFT_FOREVER), 8);
+	CHECK_EQ(weft_fd_wait(sv[0], EPOLLIN, WEFT_FOREVER), 0);
+	CHECK_EQ(weft_read(sv[0], b, sizeof b, WEFT_FOREVER), 4);
+	int64_t t0 = weft_now();
+	CHECK_EQ(weft_fd_wait(sv[0], EPOLLIN, t0 + 200 * MS), 0);
+	CHECK(weft_now() - t0 < 100 * MS);
+	CHECK_EQ(weft_read(sv[0], b, sizeof b, WEFT_FOREVER), 4);
+	CHECK_EQ(weft_fd_wait(sv[0], EPOLLIN, weft_now() + 20 * MS), -ETIMEDOUT);
+	CHECK_EQ(weft_fd_wait(sv[0], EPOLLOUT, WEFT_FOREVER), 0);
+	weft_close(sv[0]);
+	weft_close(sv[1]);
+	return 0;
+}
+
+TEST(fd_wait_sees_data_already_waiting)
+{
+	RUN(fd_wait_is_level_triggered);
+}
+
 TEST(eof_reset_and_close_while_waiting)
 {
 	RUN(eof_and_reset);
