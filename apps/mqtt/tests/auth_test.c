@@ -450,3 +450,65 @@ TEST(random_files)
 	printf("%d of %d random files loaded, the rest refused with file:line\n", ok, runs);
 	CHECK(ok > 0 && ok < runs);
 }
+
+/* The committed file and one mosquitto_passwd writes now, given to the real mosquitto: it lets
+ * in exactly the user/password pairs auth.c accepts. */
+TEST(vs_mosquitto)
+{
+	if (!have_passwd_tool() ||
+	    system("PATH=$PATH:/usr/sbin command -v mosquitto >/dev/null && "
+		   "command -v mosquitto_pub >/dev/null") != 0) {
+		printf("skipped: needs mosquitto and mosquitto_pub\n");
+		return;
+	}
+	static const char *pairs[][2] = {
+		{ "alice", "alice-pw" }, { "alice", "alice-pW" }, { "bob", "b0b:with colon" },
+		{ "bob", "b0b" },        { "émile", "pâté" },      { "émile", "pate" },
+		{ "old", "legacy-pw" },  { "old", "legacy" },      { "nobody", "alice-pw" },
+		{ "g1", "gen one" },     { "g1", "gen two" },      { "g2", "ünï €" },
+	};
+	int np = (int)(sizeof pairs / sizeof pairs[0]);
+	char dir[] = "/tmp/weft-authm-XXXXXX", cmd[4096], out[512], err[512];
+	CHECK(mkdtemp(dir));
+	/* mosquitto started as root reads its files as the user mosquitto */
+	snprintf(cmd, sizeof cmd, "cp %s/passwd %s/pw && mosquitto_passwd -b %s/pw g1 'gen one' && "
+		 "mosquitto_passwd -b %s/pw g2 'ünï €' && chmod 755 %s && chmod 644 %s/pw",
+		 MQTT_TEST_DATA, dir, dir, dir, dir, dir);
+	CHECK_EQ(test_spawn(cmd, out, sizeof out), 0);
+	snprintf(cmd, sizeof cmd, "%s/pw", dir);
+	auth_table *t = auth_table_load(cmd, NULL, err, sizeof err);
+	CHECK(t);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof a;
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	CHECK(s >= 0 && bind(s, (struct sockaddr *)&a, sizeof a) == 0);
+	CHECK(getsockname(s, (struct sockaddr *)&a, &len) == 0);
+	close(s);
+	int port = ntohs(a.sin_port);
+	snprintf(cmd, sizeof cmd,
+		 "printf 'listener %d 127.0.0.1\\npassword_file %s/pw\\nallow_anonymous false\\n' > "
+		 "%s/conf && (PATH=$PATH:/usr/sbin mosquitto -c %s/conf >/dev/null 2>&1 & echo $! > "
+		 "%s/pid) && for i in $(seq 100); do mosquitto_pub -p %d -u alice -P alice-pw -t t "
+		 "-m m 2>/dev/null && break; sleep 0.05; done",
+		 port, dir, dir, dir, dir, port);
+	CHECK_EQ(test_spawn(cmd, out, sizeof out), 0);
+	int differ = 0, accepted = 0;
+	for (int i = 0; i < np; i++) {
+		snprintf(cmd, sizeof cmd, "mosquitto_pub -p %d -u '%s' -P '%s' -t t -m m", port,
+			 pairs[i][0], pairs[i][1]);
+		bool m = test_spawn(cmd, out, sizeof out) == 0;
+		bool w = verify(t, pairs[i][0], pairs[i][1]);
+		if (m != w) {
+			fprintf(stderr, "%s / %s: mosquitto %d, weft %d\n", pairs[i][0], pairs[i][1], m, w);
+			differ++;
+		}
+		accepted += m;
+	}
+	snprintf(cmd, sizeof cmd, "kill $(cat %s/pid); rm -rf %s", dir, dir);
+	test_spawn(cmd, out, sizeof out);
+	auth_table_free(t);
+	printf("%d user/password pairs: mosquitto and auth.c agree on %d (%d accepted)\n", np,
+	       np - differ, accepted);
+	CHECK_EQ(differ, 0);
+	CHECK_EQ(accepted, 6);
+}
