@@ -16,8 +16,9 @@
  * with the broker) each own a slice of the connections and run libmosquitto's non-blocking
  * loop over them: one epoll set of their sockets (EPOLLOUT only while libmosquitto has bytes
  * waiting), mosquitto_loop_read until the socket would block (libmosquitto reads one packet
- * per call otherwise), loop_write when it wants to write, loop_misc every 100 ms. A publisher
- * publishes from its worker, outside any callback, so libmosquitto writes the packet at once.
+ * per call otherwise; its reads go through a buffer, see "buffered reads" below), loop_write
+ * when it wants to write, loop_misc every 100 ms. A publisher publishes from its worker,
+ * outside any callback, so libmosquitto writes the packet at once.
  *
  * Flow control: an open-loop publisher at full speed measures the broker's buffers, not its
  * throughput. So each publisher keeps at most -w messages per subscriber in flight end to end:
@@ -29,17 +30,22 @@
  * fixed-rate mode (-r, messages/s in total) publishers follow a schedule instead.
  *
  * Other modes:
- *   -I N      open N idle connections, report the broker's RSS before and after (-b PID);
- *   -C seq|par  connect/disconnect storm for -d seconds: one connection at a time, or -W
- *             threads each doing the same, in parallel; reports connections/s.
+ *   -I N      open N idle connections (64 at a time, each batch CONNACKed before the next, over
+ *             as many processes as the descriptor limit asks), report the broker's RSS before
+ *             and after (-b PID), hold them -d seconds;
+ *   -C seq|par  connect/CONNACK/DISCONNECT storm for -d seconds: one connection at a time, or
+ *             -W threads each doing the same; reports connections/s. The client closes with an
+ *             abortive close after its DISCONNECT, or thousands of TIME_WAIT sockets a second
+ *             would exhaust the local ports.
  *
  * Fresh connections are slow for their first messages (TCP and allocator warm-up, in any
  * broker), so the first -x seconds (default 0.5) of traffic are not measured: rates, CPU and
  * latencies count what arrives after them (what was sent after them, for latencies); losses
  * and duplicates count the whole run.
  *
- * With -b PID the broker's CPU time (utime+stime from /proc/PID/stat) is read when publishing
- * starts and after the run drains; cpu_us_per_msg is that divided by the deliveries.
+ * With -b PID the broker's CPU time (utime+stime from /proc/PID/stat) is read at the end of the
+ * warm-up and after the run drains; cpu_us_per_msg is that divided by the deliveries counted
+ * in between.
  *
  * Against mosquitto 2.0.11, QoS 2 over 5.0 (-V 5 -q 2) needs -w 20 or less: with more in
  * flight, libmosquitto's subscribers drop their connections (receive maximum exceeded);
