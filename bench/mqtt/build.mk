@@ -5,8 +5,8 @@ ifeq ($(ARCH)$(wildcard /usr/include/mosquitto.h),/usr/include/mosquitto.h)
 ALL     += $(B)/bin/weft-mqtt-load
 BENCHES += $(B)/bench/mqtt
 
-$(B)/bin/weft-mqtt-load: bench/mqtt/loadgen.c | $(B)/bin
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< -lmosquitto -lm $(LDLIBS)
+$(B)/bin/weft-mqtt-load: $(wildcard bench/mqtt/*.c) bench/mqtt/loadgen.h | $(B)/bin
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^) -lmosquitto -lm $(LDLIBS)
 
 # The benchmark is a script: it finds the load generator and the broker beside itself (in
 # $(B)/bin), so `make bench` builds the broker too.
