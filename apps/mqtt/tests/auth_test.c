@@ -421,8 +421,8 @@ TEST(random_files)
 {
 	static const char *parts[] = { "u", ":", "$7$", "$6$", "$", "101", "0", "99999999999",
 				       "fuV6V7hCulKuPrFZ", "aGFzaA==", "==", "\n", "\r\n", "#",
-				       " ", "\xc3\xa9", "ImrWR/hBhgIxB5iuaX39CMvz271YkeX29vCOBDRIdRr7ED1PHgu"
-				       "XoDq6dl4Afku0Hv3hdtbobZ+Qywtc7Xxl2Q==", "" };
+				       " ", "\xc3\xa9", ("ImrWR/hBhgIxB5iuaX39CMvz271YkeX29vCOBDRIdRr7ED1PHgu"
+				       "XoDq6dl4Afku0Hv3hdtbobZ+Qywtc7Xxl2Q=="), "" };
 	uint64_t s = 0x2545F4914F6CDD1Dull;
 	int runs = SLOW ? 300 : 3000, ok = 0;
 	char text[4096], err[512], path[512];
