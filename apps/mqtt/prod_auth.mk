@@ -17,18 +17,9 @@ TESTS += $(B)/tests/mqtt_auth $(B)/tests/mqtt_acl $(B)/tests/mqtt_ws
 endif
 endif
 
-# An older build.mk (read before this file) gathered every apps/mqtt/*.c into the broker and
-# every apps/mqtt/tests/*.c into a test. These modules are not wired into the broker yet and
-# need -lcrypto (absent from the aarch64 cross build): while that wildcard is in place, take
-# them out of its link lines and test list, and give the object names its prerequisites hold
-# an empty body. With build.mk listing its sources by name this block does nothing.
-PROD_AUTH_PHANTOM := $(filter $(PROD_AUTH_SRC:apps/mqtt/%.c=$(B)/obj/mqtt/%.o),$(MQTT_OBJ))
-ifneq ($(PROD_AUTH_PHANTOM),)
-MQTT_OBJ := $(filter-out $(PROD_AUTH_PHANTOM),$(MQTT_OBJ))
-TESTS := $(filter-out $(B)/tests/mqtt_auth_test $(B)/tests/mqtt_acl_test $(B)/tests/mqtt_ws_test,$(TESTS))
-$(PROD_AUTH_PHANTOM): | $(B)/obj/mqtt
-	echo 'typedef int weft_mqtt_not_linked_yet;' | $(CC) $(CFLAGS) -x c -c - -o $@
-endif
+# build.mk lists the broker's sources and tests by name, so these modules stay out of the broker
+# until it links them: add $(PROD_AUTH_OBJ) to MQTT_OBJ and -lcrypto to MQTT_LIBS (see
+# docs/weft-mqtt-security.md, "Wiring into the broker").
 
 $(B)/obj/mqtt-prod:
 	mkdir -p $@
