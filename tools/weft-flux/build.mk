@@ -45,7 +45,8 @@ FLOW_TEST_GEN  := $(FLOW_TEST_FLUX:tests/flux/%.flux=$(B)/gen/tests/%_flow.c)
 $(B)/gen/tests/%_flow.c $(B)/gen/tests/%_flow.h: tests/flux/%.flux $(FLUXC)
 	@mkdir -p $(@D)
 	$(FLUXC) -o $(@D) $<
-$(B)/tests/flow: tests/flow.c $(FLOW_TEST_GEN) $(FLOW_TEST_GEN:.c=.h) tests/test.c tests/test.h $(B)/libweft.a | $(B)/tests
+# tests/flow also runs the dwarves programs
+$(B)/tests/flow: tests/flow.c $(FLOW_TEST_GEN) $(FLOW_TEST_GEN:.c=.h) tests/test.c tests/test.h $(B)/libweft.a | $(B)/tests $(B)/bin/dwarves $(B)/bin/dwarves-detached
 	$(CC) $(CFLAGS) -Itests -I$(B)/gen/tests $(LDFLAGS) -o $@ tests/flow.c $(FLOW_TEST_GEN) tests/test.c $(B)/libweft.a $(LDLIBS)
 
 # ---- benchmarks
