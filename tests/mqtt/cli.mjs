@@ -5,7 +5,9 @@
 // retained messages (set, replace, clear with an empty payload, delivered on subscribe with the
 // retain flag); wildcards + and #; the last will (sent when the client dies, not when it
 // disconnects cleanly); persistent sessions (QoS 1 messages queued while the client is away,
-// delivered when it reconnects).
+// delivered when it reconnects); in 5.0, properties through the broker (user properties in
+// order, response topic, correlation data, content type, message expiry, the subscription
+// identifier).
 // Against mosquitto 2.0.11: all pass.
 //
 // mosquitto_sub gives no sign that its subscription is in place, so each subscriber also
@@ -27,7 +29,7 @@ async function sub(b, version, args) {
 	await pub(b, version, ['-t', sync, '-r', '-m', 'sync']);
 	const s = start('mosquitto_sub', ['-h', '127.0.0.1', '-p', String(b.port), '-V', V[version],
 		'-t', sync, '-F', '%t %q %r %p', ...args]);
-	await until(() => s.out().includes(`${sync} `), 3000, `mosquitto_sub ${args.join(' ')} to subscribe (${s.err()})`);
+	await until(() => s.out().includes(sync), 3000, `mosquitto_sub ${args.join(' ')} to subscribe (${s.err()})`);
 	s.lines = () => s.out().split('\n').filter((l) => l && !l.startsWith('sync/'));
 	return s;
 }
@@ -106,3 +108,19 @@ for (const v of [4, 5]) {
 		assert(r.code === 0, `mosquitto_sub exit ${r.code}`);
 	});
 }
+
+test('cli_properties_v5', async () => {
+	const b = await startBroker();
+	const s = await sub(b, 5, ['-t', 'pp/#', '-D', 'subscribe', 'subscription-identifier', '7',
+		'-F', '%t|%p|%P|%R|%D|%C|%E|%S']);
+	await pub(b, 5, ['-t', 'pp/x', '-m', 'hello', '-D', 'publish', 'user-property', 'k1', 'v1',
+		'-D', 'publish', 'user-property', 'k2', 'v2', '-D', 'publish', 'response-topic', 'rt/x',
+		'-D', 'publish', 'correlation-data', 'abc', '-D', 'publish', 'content-type', 'text/plain',
+		'-D', 'publish', 'message-expiry-interval', '60']);
+	await until(() => s.lines().length >= 1, 3000, 'the message');
+	const [topic, payload, user, resp, corr, ctype, expiry, subid] = s.lines()[0].split('|');
+	eq([topic, payload, user, resp, corr, ctype, subid], ['pp/x', 'hello', 'k1:v1 k2:v2', 'rt/x', 'abc', 'text/plain', '7'],
+		'topic, payload, user properties, response topic, correlation data, content type, subscription id');
+	assert(Number(expiry) >= 59 && Number(expiry) <= 60, `message expiry interval forwarded (${expiry})`);
+	s.proc.kill();
+});
