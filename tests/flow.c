@@ -336,6 +336,7 @@ TEST(guards_global_order)
 /* ---- stop and kill ----------------------------------------------------------------------- */
 
 #define SN 60
+#define SLOW_MS 4 /* each Slow event */
 static atomic_int sgen_next;
 static atomic_int slow_started, slow_done, one_holders, one_bad;
 static int one_value;
@@ -358,7 +359,7 @@ int Slow(const Slow_in *in, Slow_out *out, Slow_atoms *a)
 	if (*a->one != &one_value || atomic_fetch_add(&one_holders, 1))
 		atomic_fetch_add(&one_bad, 1);
 	atomic_fetch_add(&slow_started, 1);
-	nap(2000000);
+	nap(SLOW_MS * 1000000);
 	atomic_fetch_sub(&one_holders, 1);
 	atomic_fetch_add(&slow_done, 1);
 	return 0;
@@ -397,8 +398,8 @@ TEST(stop_drains_events_in_flight)
 	CHECK_EQ(one_bad, 0);
 	CHECK_EQ(slow_started, SN); /* every emitted event ran, one at a time */
 	CHECK_EQ(slow_done, SN);
-	/* the events still queued at stop ran one after the other, 2 ms each */
-	CHECK(ms >= 2 * (SN - slow_started_at_stop - 1));
+	/* the events still queued at stop ran one after the other, SLOW_MS each */
+	CHECK(ms >= SLOW_MS * (SN - slow_started_at_stop - 1));
 }
 
 TEST(kill_drops_events_not_started)
@@ -412,8 +413,8 @@ TEST(kill_drops_events_not_started)
 	fprintf(stderr, "done %d ms after the kill, %d of %d events ran\n", ms, (int)slow_started,
 		SN);
 	/* far sooner than draining the events still queued would have taken */
-	CHECK(SN - slow_started_at_stop >= 20);
-	CHECK(ms < 2 * (SN - slow_started_at_stop)); /* draining: 2 ms each */
+	CHECK(SN - slow_started_at_stop >= 10);
+	CHECK(ms < SLOW_MS * (SN - slow_started_at_stop)); /* draining: SLOW_MS each */
 }
 
 /* ---- detached ---------------------------------------------------------------------------- */
