@@ -14,7 +14,7 @@ MQTT_HDR := $(addprefix apps/mqtt/,broker.h codec.h) include/weft.h
 MQTT_LIBS :=
 
 ALL   += $(B)/bin/weft-mqtt
-TESTS += $(B)/tests/mqtt_codec $(B)/tests/mqtt_broker
+TESTS += $(B)/tests/mqtt_codec $(B)/tests/mqtt_topic $(B)/tests/mqtt_broker
 
 $(B)/obj/mqtt:
 	mkdir -p $@

@@ -1,0 +1,383 @@
+/* Tests of weft-mqtt's topic tree and routing, in process: sessions without a connection
+ * queue what QoS 1/2 deliveries they get, so each test publishes at QoS 2 and reads, from the
+ * queues, who got what, at which QoS, with which subscription ids. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "broker.h"
+#include "test.h"
+
+void pool_fini(void);
+void stats_fini(void);
+
+static session *mk(void)
+{
+	session *s = calloc(1, sizeof *s);
+	CHECK(s);
+	weft_mutex_init(&s->lock);
+	weft_cond_init(&s->idle);
+	atomic_init(&s->refs, 1);
+	s->window = 20;
+	return s;
+}
+
+static int queued(session *s)
+{
+	return (int)s->nqueued;
+}
+
+/* Pop the oldest queued delivery (the caller frees nothing: drop() does). */
+static dlv *pop(session *s)
+{
+	dlv *d = s->queue;
+	CHECK(d);
+	s->queue = d->next;
+	if (!s->queue)
+		s->queue_tail = NULL;
+	s->nqueued--;
+	return d;
+}
+
+static void drop(dlv *d)
+{
+	msg_unref(d->m);
+	pool_free(d);
+}
+
+static int pub(const char *topic, int qos, int retain, const char *payload, session *from)
+{
+	msg *m = msg_new(topic, (uint16_t)strlen(topic), NULL, payload, (uint32_t)strlen(payload),
+			 qos, retain, 0);
+	if (retain)
+		topic_retain(m);
+	int n = topic_publish(m, from, NULL);
+	msg_unref(m);
+	return n;
+}
+
+static int sub(session *s, const char *f, int opts, uint32_t id)
+{
+	return topic_subscribe(s, f, (uint16_t)strlen(f), (uint8_t)opts, id);
+}
+
+static void unsub_all(session *s, const char **filters, int n)
+{
+	for (int i = 0; i < n; i++)
+		topic_unsubscribe(s, filters[i], (uint16_t)strlen(filters[i]));
+	while (s->queue)
+		drop(pop(s));
+}
+
+static void setup(void)
+{
+	conf_defaults(&conf);
+	pool_init();
+	stats_init();
+	topic_init();
+}
+
+static void teardown(void)
+{
+	topic_free_all();
+	ebr_collect(1);
+	stats_fini();
+	pool_fini();
+}
+
+static int wildcards_main(void *arg)
+{
+	(void)arg;
+	setup();
+	session *s = mk();
+	const char *f[] = { "a/+/c", "x/#", "+/z", "#" };
+	CHECK_EQ(sub(s, f[0], 2, 0), 0);
+	CHECK_EQ(sub(s, f[1], 2, 0), 0);
+	CHECK_EQ(sub(s, f[2], 2, 0), 0);
+	struct { const char *t; int want; } cases[] = {
+		{ "a/b/c", 1 }, { "a/b/d", 0 }, { "a/b/c/d", 0 }, { "a//c", 1 }, { "x", 1 },
+		{ "x/y/z", 1 }, { "y", 0 }, { "y/z", 1 }, { "z", 0 }, { "b/y/z", 0 }, { "/z", 1 },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		CHECK_EQ(pub(cases[i].t, 2, 0, "p", NULL), cases[i].want);
+		while (s->queue)
+			drop(pop(s));
+	}
+	/* '$' topics: not matched by a leading wildcard, matched by their own name */
+	CHECK_EQ(sub(s, f[3], 2, 0), 0);
+	CHECK_EQ(pub("$SYS/x", 2, 0, "p", NULL), 0);
+	CHECK_EQ(sub(s, "$SYS/#", 2, 0), 0);
+	CHECK_EQ(pub("$SYS/x", 2, 0, "p", NULL), 1);
+	CHECK_EQ(pub("$SYS", 2, 0, "p", NULL), 1); /* "$SYS/#" matches "$SYS" */
+	CHECK_EQ(pub("plain", 2, 0, "p", NULL), 1);
+	unsub_all(s, f, 4);
+	topic_unsubscribe(s, "$SYS/#", 6);
+	CHECK_EQ(pub("a/b/c", 2, 0, "p", NULL), 0);
+	CHECK_EQ(topic_sub_count(), 0);
+	teardown();
+	free(s);
+	return 0;
+}
+
+TEST(wildcards)
+{
+	RUN(wildcards_main);
+}
+
+static int overlap_main(void *arg)
+{
+	(void)arg;
+	setup();
+	session *s = mk(), *t = mk();
+	CHECK_EQ(sub(s, "o/#", 0, 7), 0);
+	CHECK_EQ(sub(s, "o/+", 2, 9), 0);
+	CHECK_EQ(sub(s, "o/x", 1, 0), 0);
+	CHECK_EQ(sub(t, "o/x", 1, 3), 0);
+	CHECK_EQ(sub(s, "o/x", 1, 0), 1); /* again: replaced, not added */
+	CHECK_EQ(pub("o/x", 2, 0, "p", NULL), 2); /* one delivery per session */
+	CHECK_EQ(queued(s), 1);
+	dlv *d = pop(s);
+	CHECK_EQ(d->qos, 2); /* the highest matching QoS */
+	CHECK_EQ(d->nsub, 2);
+	CHECK((d->subid[0] == 7 && d->subid[1] == 9) || (d->subid[0] == 9 && d->subid[1] == 7));
+	drop(d);
+	d = pop(t);
+	CHECK_EQ(d->qos, 1);
+	CHECK_EQ(d->nsub, 1);
+	CHECK_EQ(d->subid[0], 3);
+	drop(d);
+	/* QoS is the lower of the message's and the subscription's */
+	CHECK_EQ(pub("o/x", 1, 0, "p", NULL), 2);
+	d = pop(s);
+	CHECK_EQ(d->qos, 1);
+	drop(d);
+	drop(pop(t));
+	const char *fs[] = { "o/#", "o/+", "o/x" }, *ft[] = { "o/x" };
+	unsub_all(s, fs, 3);
+	unsub_all(t, ft, 1);
+	teardown();
+	free(s);
+	free(t);
+	return 0;
+}
+
+TEST(overlapping_one_copy_highest_qos_all_ids)
+{
+	RUN(overlap_main);
+}
+
+static int nolocal_main(void *arg)
+{
+	(void)arg;
+	setup();
+	session *s = mk(), *t = mk();
+	CHECK_EQ(sub(s, "n", 2 | SUB_NL, 0), 0);
+	CHECK_EQ(sub(t, "n", 2 | SUB_RAP, 0), 0);
+	CHECK_EQ(pub("n", 2, 1, "p", s), 1); /* s's own message: only t gets it */
+	CHECK_EQ(queued(s), 0);
+	dlv *d = pop(t);
+	CHECK_EQ(d->retain, 1); /* retain as published */
+	drop(d);
+	CHECK_EQ(pub("n", 2, 1, "p", t), 2);
+	d = pop(s);
+	CHECK_EQ(d->retain, 0); /* without rap the flag is cleared */
+	drop(d);
+	drop(pop(t));
+	const char *f[] = { "n" };
+	unsub_all(s, f, 1);
+	unsub_all(t, f, 1);
+	teardown();
+	free(s);
+	free(t);
+	return 0;
+}
+
+TEST(no_local_and_retain_as_published)
+{
+	RUN(nolocal_main);
+}
+
+static int shared_main(void *arg)
+{
+	(void)arg;
+	setup();
+	session *a = mk(), *b = mk(), *plain = mk();
+	CHECK_EQ(sub(a, "$share/g/s/+", 2, 0), 0);
+	CHECK_EQ(sub(b, "$share/g/s/+", 2, 0), 0);
+	CHECK_EQ(sub(plain, "s/#", 2, 0), 0);
+	for (int i = 0; i < 10; i++)
+		CHECK_EQ(pub("s/1", 2, 0, "p", NULL), 2); /* one member, plus the plain one */
+	CHECK_EQ(queued(a) + queued(b), 10);
+	CHECK_EQ(queued(a), 5); /* round robin when nobody is online */
+	CHECK_EQ(queued(plain), 10);
+	/* a member online is preferred */
+	atomic_store(&b->online, 1);
+	while (a->queue)
+		drop(pop(a));
+	while (b->queue)
+		drop(pop(b));
+	for (int i = 0; i < 4; i++)
+		pub("s/1", 2, 0, "p", NULL);
+	CHECK_EQ(queued(b), 4);
+	CHECK_EQ(queued(a), 0);
+	atomic_store(&b->online, 0);
+	const char *fs[] = { "$share/g/s/+" }, *fp[] = { "s/#" };
+	CHECK_EQ(topic_unsubscribe(a, fs[0], (uint16_t)strlen(fs[0])), 1);
+	CHECK_EQ(topic_unsubscribe(a, fs[0], (uint16_t)strlen(fs[0])), 0);
+	for (int i = 0; i < 3; i++)
+		pub("s/1", 2, 0, "p", NULL);
+	CHECK_EQ(queued(b), 7);
+	unsub_all(b, fs, 1);
+	unsub_all(plain, fp, 1);
+	CHECK_EQ(pub("s/1", 2, 0, "p", NULL), 0);
+	teardown();
+	free(a);
+	free(b);
+	free(plain);
+	return 0;
+}
+
+TEST(shared_subscriptions)
+{
+	RUN(shared_main);
+}
+
+static int retained_main(void *arg)
+{
+	(void)arg;
+	setup();
+	session *s = mk();
+	pub("r/a", 1, 1, "one", NULL);
+	pub("r/a", 2, 1, "two", NULL); /* replaces */
+	pub("r/b/c", 2, 1, "deep", NULL);
+	pub("r", 2, 1, "top", NULL);
+	pub("$SYS/r", 2, 1, "sys", NULL);
+	pub("gone", 2, 1, "x", NULL);
+	pub("gone", 2, 1, "", NULL); /* empty payload clears */
+	CHECK_EQ(topic_retained_count(), 4);
+	struct { const char *f; int want; } cases[] = {
+		{ "r/a", 1 }, { "r/+", 1 }, { "r/#", 3 }, { "#", 3 }, { "+", 1 }, { "+/+", 1 },
+		{ "+/+/+", 1 }, { "$SYS/#", 1 }, { "gone", 0 }, { "r/b/#", 1 }, { "nothing/#", 0 },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		topic_send_retained(s, cases[i].f, (uint16_t)strlen(cases[i].f), 2, 5, NULL);
+		if (queued(s) != cases[i].want)
+			fprintf(stderr, "filter %s: %d retained, want %d\n", cases[i].f, queued(s),
+				cases[i].want);
+		CHECK_EQ(queued(s), cases[i].want);
+		while (s->queue) {
+			dlv *d = pop(s);
+			CHECK_EQ(d->retain, 1);
+			CHECK_EQ(d->subid[0], 5);
+			if (!strcmp(d->m->topic, "r/a"))
+				CHECK(d->m->payload_len == 3 && !memcmp(d->m->payload, "two", 3));
+			drop(d);
+		}
+	}
+	/* capped at the subscription's QoS */
+	topic_send_retained(s, "r/a", 3, 1, 0, NULL);
+	dlv *d = pop(s);
+	CHECK_EQ(d->qos, 1);
+	drop(d);
+	teardown();
+	free(s);
+	return 0;
+}
+
+TEST(retained_messages)
+{
+	RUN(retained_main);
+}
+
+/* A topic of 20,000 levels is matched and retained without recursion. */
+static int deep_main(void *arg)
+{
+	(void)arg;
+	setup();
+	session *s = mk();
+	size_t n = 40000;
+	char *t = malloc(n + 1);
+	CHECK(t);
+	for (size_t i = 0; i < n; i += 2)
+		t[i] = 'l', t[i + 1] = '/';
+	t[n - 1] = 'e';
+	t[n] = 0;
+	CHECK_EQ(sub(s, "l/#", 2, 0), 0);
+	CHECK_EQ(pub(t, 2, 1, "deep", NULL), 1);
+	drop(pop(s));
+	topic_send_retained(s, "#", 1, 2, 0, NULL);
+	CHECK_EQ(queued(s), 1);
+	const char *f[] = { "l/#" };
+	unsub_all(s, f, 1);
+	free(t);
+	teardown();
+	free(s);
+	return 0;
+}
+
+TEST(deep_topics)
+{
+	RUN(deep_main);
+}
+
+/* Publishers on every worker while subscriptions come and go: no lost delivery to a
+ * subscription that stays, nothing freed under a reader (ASan/TSan builds check that). */
+static atomic_int stop_churn;
+static session *steady;
+
+static void churn(void *arg)
+{
+	session *s = arg;
+	char f[32];
+	for (int i = 0; !atomic_load(&stop_churn); i++) {
+		snprintf(f, sizeof f, "c/%d/+", i % 50);
+		sub(s, f, 2, 0);
+		topic_unsubscribe(s, f, (uint16_t)strlen(f));
+		if (i % 16 == 0)
+			ebr_collect(0);
+		weft_yield();
+	}
+}
+
+static void publisher(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < (SLOW ? 300 : 3000); i++) {
+		char t[32];
+		snprintf(t, sizeof t, "c/%d/x", i % 50);
+		pub(t, 2, 0, "p", NULL);
+		if (i % 64 == 0)
+			weft_yield();
+	}
+}
+
+static int churn_main(void *arg)
+{
+	(void)arg;
+	setup();
+	conf.max_queued_messages = 1 << 30;
+	steady = mk();
+	session *c = mk();
+	CHECK_EQ(sub(steady, "c/#", 2, 0), 0);
+	weft_task *ch = weft_spawn(churn, c);
+	weft_task *p[4];
+	for (int i = 0; i < 4; i++)
+		p[i] = weft_spawn(publisher, NULL);
+	for (int i = 0; i < 4; i++)
+		weft_join(p[i]);
+	atomic_store(&stop_churn, 1);
+	weft_join(ch);
+	CHECK_EQ(queued(steady), 4 * (SLOW ? 300 : 3000));
+	const char *f[] = { "c/#" };
+	unsub_all(steady, f, 1);
+	while (c->queue)
+		drop(pop(c));
+	teardown();
+	free(steady);
+	free(c);
+	return 0;
+}
+
+TEST(concurrent_publish_and_subscribe)
+{
+	RUN(churn_main);
+}
