@@ -51,9 +51,12 @@ BENCHES  := $(patsubst bench/%.c,$(B)/bench/%,$(wildcard bench/*.c))
 EXAMPLES := $(patsubst examples/%.c,$(B)/bin/%,$(wildcard examples/*.c))
 
 # Larger parts (the .flux compiler, the MQTT broker) keep their rules beside their sources;
-# each fragment adds its programs to ALL, its test binaries to TESTS and benchmarks to BENCHES.
+# each fragment adds its programs to ALL, its test binaries to TESTS, benchmarks to BENCHES and
+# the make targets that run its fuzzers for $(FUZZ_TIME) seconds to FUZZ.
 .DEFAULT_GOAL := all
 ALL      :=
+FUZZ     :=
+FUZZ_TIME ?= 60
 include $(wildcard tools/*/*.mk apps/*/*.mk bench/*/*.mk tests/*/*.mk)
 
 all: $(B)/libweft.a $(B)/libweft.so $(B)/libweft-shim.so $(B)/weft.pc $(EXAMPLES) $(BENCHES) $(TESTS) $(ALL)
@@ -102,13 +105,16 @@ $(B)/obj $(B)/tests $(B)/bench $(B)/bin:
 test: $(TESTS)
 	@RUNNER='$(RUNNER)' sh tests/run.sh $(TESTS)
 
-# Every build the CI checks: sanitizers, the aarch64 cross build under qemu-user, then the
-# plain build, whose summary line comes last.
+# Every build the CI checks: sanitizers, the aarch64 cross build under qemu-user, the fuzzers
+# (libFuzzer, with clang), then the plain build, whose summary line comes last.
 test-all:
 	$(MAKE) -j2 test SANITIZE=address
 	$(MAKE) -j2 test SANITIZE=thread
 	$(MAKE) -j2 test ARCH=aarch64
+	$(MAKE) fuzz
 	$(MAKE) -j2 test
+
+fuzz: $(FUZZ)
 
 bench: $(BENCHES) $(B)/libweft.a
 	@sh bench/run.sh $(B)/bench
@@ -128,5 +134,5 @@ install: $(B)/libweft.a $(B)/libweft.so $(B)/libweft-shim.so weft.pc
 clean:
 	rm -rf build build-* weft.pc
 
-.PHONY: all test test-all bench bench-peers install clean
+.PHONY: all test test-all fuzz bench bench-peers install clean
 .SECONDARY:
