@@ -222,6 +222,7 @@ BAD(placed_twice)
 BAD(abstract_cycle)
 BAD(guard_value_not_pointer)
 BAD(include_missing)
+BAD(include_unterminated)
 BAD(mixed_operators)
 
 /* Every prefix of a valid file, and random bytes, give exit 0 or a clean error: no crash. */

@@ -287,6 +287,9 @@ static void parse_include(struct parser *ps, struct loc loc)
 	expect(ps, ";");
 	size_t n = strlen(what);
 	if (what[0] == '<' || what[0] == '"') {
+		char close = what[0] == '<' ? '>' : '"';
+		if (n < 3 || what[n - 1] != close)
+			flux_fail(&loc, "a C header is included as <x.h> or \"x.h\"");
 		*APPEND(ps->p->cincludes, ps->p->ncincludes) = what;
 		return;
 	}
