@@ -23,6 +23,8 @@
 # keeps Nagle's algorithm on, which batches its small writes (less CPU per message, a little
 # throughput lost where a QoS 0 subscriber never answers and delayed ACKs hold the writes);
 # MOSQUITTO_NODELAY=1 runs it with set_tcp_nodelay true instead.
+# RUNS, SCENARIOS (a subset of the traffic scenarios' names) and BROKERS ("weft-mqtt",
+# "mosquitto" or both) narrow a run down while working on the broker.
 # weft-mqtt runs as `weft-mqtt -p PORT` (its defaults). Where build/bin/weft-mqtt (beside this
 # script's build directory) is missing, only mosquitto is measured, and stderr says so.
 set -u
@@ -145,7 +147,7 @@ ratio() { # name unit a b params: a/b
 	emit "$1" "$2" "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.4g", b ? a / b : 0 }')" "$5"
 }
 
-SCENARIOS="fanin pairs-q0 pairs-q1 fanout rate"
+SCENARIOS=${SCENARIOS:-fanin pairs-q0 pairs-q1 fanout rate}
 declare -A ARGS=(
 	[fanin]="-t fanin -P 100 -S 1 -q 0 -w 10 -d 2"
 	[pairs-q0]="-t pairs -P 50 -q 0 -w 20 -d 2"
@@ -233,6 +235,7 @@ if [ -x "$weft" ]; then
 else
 	echo "bench/mqtt: $weft is not built: measuring mosquitto only" >&2
 fi
+brokers=${BROKERS:-$brokers}
 echo "bench/mqtt: $brokers, $RUNS runs of each scenario, taking turns" >&2
 # shellcheck disable=SC2086
 measure $brokers
