@@ -11,6 +11,7 @@
 
 #include "rt_detached_flow.h"
 #include "rt_guards_flow.h"
+#include "rt_keys_flow.h"
 #include "rt_route_flow.h"
 #include "rt_splay_flow.h"
 #include "rt_stop_flow.h"
@@ -331,6 +332,54 @@ TEST(guards_global_order)
 		found++;
 	}
 	CHECK_EQ(found, 2);
+}
+
+/* ---- one guard, two keys ------------------------------------------------------------------ */
+
+#define KN (SLOW ? 200 : 600)
+static int kgen_next, pair_values[4];
+static atomic_int pair_holders[4], pair_bad, pair_ran;
+
+int KGen(const KGen_in *in, KGen_out *out, KGen_atoms *a)
+{
+	(void)in, (void)a;
+	if (kgen_next == KN) {
+		weft_flow_stop(&rt_keys_flow);
+		weft_flow_drop(out);
+		return 0;
+	}
+	static const int pairs[3][2] = { { 1, 2 }, { 2, 1 }, { 3, 3 } };
+	out->a = pairs[kgen_next % 3][0];
+	out->b = pairs[kgen_next % 3][1];
+	kgen_next++;
+	return 0;
+}
+
+int Two(const Two_in *in, Two_out *out, Two_atoms *a)
+{
+	(void)out;
+	if (*a->x != &pair_values[in->a] || *a->y != &pair_values[in->b])
+		atomic_fetch_add(&pair_bad, 1);
+	atomic_fetch_add(&pair_holders[in->a], 1);
+	if (in->b != in->a)
+		atomic_fetch_add(&pair_holders[in->b], 1);
+	if (atomic_load(&pair_holders[in->a]) != 1 || atomic_load(&pair_holders[in->b]) != 1)
+		atomic_fetch_add(&pair_bad, 1); /* a key held twice */
+	nap(20000);
+	atomic_fetch_sub(&pair_holders[in->a], 1);
+	if (in->b != in->a)
+		atomic_fetch_sub(&pair_holders[in->b], 1);
+	atomic_fetch_add(&pair_ran, 1);
+	return 0;
+}
+
+TEST(guard_taken_twice_ordered_by_key)
+{
+	for (int k = 1; k < 4; k++)
+		CHECK_EQ(Pair_set(k, &pair_values[k]), 0);
+	CHECK_EQ(weft_flow_run(&rt_keys_flow, 0, NULL), 0); /* no deadlock */
+	CHECK_EQ(pair_ran, KN);
+	CHECK_EQ(pair_bad, 0);
 }
 
 /* ---- stop and kill ----------------------------------------------------------------------- */

@@ -223,6 +223,7 @@ BAD(abstract_cycle)
 BAD(guard_value_not_pointer)
 BAD(include_missing)
 BAD(include_unterminated)
+BAD(reserved_name)
 BAD(mixed_operators)
 
 /* Every prefix of a valid file, and random bytes, give exit 0 or a clean error: no crash. */

@@ -67,9 +67,19 @@ static struct node *need_node(struct program *p, const char *name, const struct 
 
 /* ---- 1. declarations ------------------------------------------------------------------- */
 
+/* Generated code names its own things weft_... and WEFT_..., and refers to init and deinit. */
+static void not_reserved(const char *name, const struct loc *loc)
+{
+	if (!strncmp(name, "weft_", 5) || !strncmp(name, "WEFT_", 5) || !strcmp(name, "init") ||
+	    !strcmp(name, "deinit"))
+		flux_fail(loc, "'%s' is reserved (names starting with weft_ or WEFT_, init, deinit)",
+			  name);
+}
+
 static void unique_name(const char *name, const struct loc *loc, const char **seen_names,
 			const struct loc *seen_locs, int n)
 {
+	not_reserved(name, loc);
 	for (int i = 0; i < n; i++)
 		if (!strcmp(seen_names[i], name))
 			flux_fail(loc, "redefinition of '%s' (first declared at %d:%d)", name,
@@ -78,6 +88,10 @@ static void unique_name(const char *name, const struct loc *loc, const char **se
 
 static void unique_fields(const struct params *ps, const char *what)
 {
+	for (int i = 0; i < ps->n; i++)
+		if (!strncmp(ps->v[i].name, "weft_", 5))
+			flux_fail(&ps->v[i].loc, "'%s' is reserved (names starting with weft_)",
+				  ps->v[i].name);
 	for (int i = 0; i < ps->n; i++)
 		for (int j = 0; j < i; j++)
 			if (!strcmp(ps->v[i].name, ps->v[j].name))

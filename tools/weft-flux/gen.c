@@ -110,9 +110,10 @@ static void gen_header(const struct program *p)
 		if (g->keys.n)
 			gen_record(g->name, "key", &g->keys, true);
 		if (g->kind == G_POOL)
-			put("int %s_add(%s);\n", g->name, decl(g->value_type, "item"));
+			put("int %s_add(%s);\n", g->name, decl(g->value_type, "weft_item"));
 		else
-			put("int %s_set(%s%s);\n", g->name, key_params(g), decl(g->value_type, "value"));
+			put("int %s_set(%s%s);\n", g->name, key_params(g),
+			    decl(g->value_type, "weft_value"));
 	}
 	for (int i = 0; i < p->nnodes; i++) {
 		const struct node *nd = &p->nodes[i];
@@ -170,50 +171,50 @@ static void gen_node_code(const struct program *p, const struct node *nd)
 	const char *n = nd->name;
 	put("\n/* ---- %s ---- */\n", n);
 	if (!nd->abstract) {
-		put("static int %s_call(const void *in, void *out, void **atoms)\n{\n", n);
+		put("static int weft_call_%s(const void *weft_in, void *weft_out, void **weft_atoms)\n{\n", n);
 		if (nd->nuses) {
-			put("\t%s_atoms a = {\n", n);
+			put("\t%s_atoms weft_a = {\n", n);
 			int na = 0;
 			for (int k = 0; k < nd->in.n; k++) {
 				const struct param *u = &nd->in.v[k];
 				if (!u->guard)
 					continue;
 				const struct guard *g = &p->guards[u->guard_index];
-				put("\t\t.%s = (%s)atoms[%d],\n", u->name, ptr_to(g->value_type), na);
+				put("\t\t.%s = (%s)weft_atoms[%d],\n", u->name, ptr_to(g->value_type), na);
 				na++;
 			}
 			put("\t};\n");
 		} else {
-			put("\t%s_atoms a = { 0 };\n\t(void)atoms;\n", n);
+			put("\t%s_atoms weft_a = { 0 };\n\t(void)weft_atoms;\n", n);
 		}
-		put("\treturn %s(in, out, &a);\n}\n", n);
+		put("\treturn %s(weft_in, weft_out, &weft_a);\n}\n", n);
 	}
 	for (int k = 0; k < nd->nuses; k++) {
 		const struct param *u = &nd->in.v[nd->uses[k]];
 		const struct guard *g = &p->guards[u->guard_index];
 		if (!g->keys.n)
 			continue;
-		put("static void %s_key_%s(const void *in, void *key)\n{\n", n, u->name);
-		put("\tconst %s_in *i = in;\n\t%s_key *k = key;\n", n, g->name);
+		put("static void weft_key_%s_%s(const void *weft_in, void *weft_key)\n{\n", n, u->name);
+		put("\tconst %s_in *weft_i = weft_in;\n\t%s_key *weft_k = weft_key;\n", n, g->name);
 		for (int a = 0; a < u->nargs; a++)
-			put("\tk->%s = i->%s;\n", g->keys.v[a].name, u->args[a]);
+			put("\tweft_k->%s = weft_i->%s;\n", g->keys.v[a].name, u->args[a]);
 		put("}\n");
 	}
 	if (nd->nuses) {
-		put("static const weft_flow_use %s_uses[] = { /* in the global guard order */\n", n);
+		put("static const weft_flow_use weft_uses_%s[] = { /* in the global guard order */\n", n);
 		for (int k = 0; k < nd->nuses; k++) {
 			const struct param *u = &nd->in.v[nd->uses[k]];
 			const struct guard *g = &p->guards[u->guard_index];
-			put("\t{ GUARD_%s, %s, %s, %d }, /* %s */\n", g->name, mode_name(g, u->mode),
-			    g->keys.n ? xprintf("%s_key_%s", n, u->name) : "NULL",
+			put("\t{ WEFT_GUARD_%s, %s, %s, %d }, /* %s */\n", g->name, mode_name(g, u->mode),
+			    g->keys.n ? xprintf("weft_key_%s_%s", n, u->name) : "NULL",
 			    atom_index(nd, nd->uses[k]), u->name);
 		}
 		put("};\n");
 	}
 	if (!nd->abstract && nd->nnext) {
-		put("static const int %s_next[] = {", n);
+		put("static const int weft_next_%s[] = {", n);
 		for (int k = 0; k < nd->nnext; k++)
-			put("%s NODE_%s", k ? "," : "", p->nodes[nd->next[k]].name);
+			put("%s WEFT_NODE_%s", k ? "," : "", p->nodes[nd->next[k]].name);
 		put(" };\n");
 		for (int k = 0; k < nd->nnext; k++) {
 			const char *m = p->nodes[nd->next[k]].name;
@@ -232,7 +233,7 @@ static void gen_node_code(const struct program *p, const struct node *nd)
 		for (int t = 0; t < rl->ntests; t++)
 			tests |= strcmp(rl->tests[t], "*") != 0;
 		if (tests) {
-			put("static int %s_test%d(const void *in)\n{\n\tconst %s_in *i = in;\n\t"
+			put("static int weft_test_%s_%d(const void *weft_in)\n{\n\tconst %s_in *weft_i = weft_in;\n\t"
 			    "return", n, r, n);
 			bool first = true;
 			int f = 0;
@@ -240,27 +241,27 @@ static void gen_node_code(const struct program *p, const struct node *nd)
 				while (nd->in.v[f].guard)
 					f++;
 				if (strcmp(rl->tests[t], "*"))
-					put("%s %s(i->%s)", first ? "" : " &&", rl->tests[t],
+					put("%s %s(weft_i->%s)", first ? "" : " &&", rl->tests[t],
 					    nd->in.v[f].name);
 				first = first && !strcmp(rl->tests[t], "*");
 				f++;
 			}
 			put(";\n}\n");
 		}
-		put("static const int %s_rule%d[] = {", n, r);
+		put("static const int weft_rule_%s_%d[] = {", n, r);
 		int ntargets = rl->fan ? rl->nelems : 1; /* a sequence starts at its first node */
 		for (int e = 0; e < ntargets; e++)
-			put("%s NODE_%s", e ? "," : "", rl->elems[e]);
+			put("%s WEFT_NODE_%s", e ? "," : "", rl->elems[e]);
 		put(" }; /* %s */\n", rl->fan ? "fan-out" : "sequence");
 	}
 	if (nd->nrules) {
-		put("static const weft_flow_rule %s_rules[] = {\n", n);
+		put("static const weft_flow_rule weft_rules_%s[] = {\n", n);
 		for (int r = 0; r < nd->nrules; r++) {
 			const struct rule *rl = nd->rules[r];
 			bool tests = false;
 			for (int t = 0; t < rl->ntests; t++)
 				tests |= strcmp(rl->tests[t], "*") != 0;
-			put("\t{ %s, %s_rule%d, %d },\n", tests ? xprintf("%s_test%d", n, r) : "NULL", n,
+			put("\t{ %s, weft_rule_%s_%d, %d },\n", tests ? xprintf("weft_test_%s_%d", n, r) : "NULL", n,
 			    r, rl->fan ? rl->nelems : 1);
 		}
 		put("};\n");
@@ -279,20 +280,20 @@ static void gen_node_entry(const struct program *p, const struct node *nd)
 		flags = nd->detached ? "WEFT_FLOW_SOURCE | WEFT_FLOW_DETACHED" : "WEFT_FLOW_SOURCE";
 	if (nd->initial)
 		flags = nd->detached ? "WEFT_FLOW_INITIAL | WEFT_FLOW_DETACHED" : "WEFT_FLOW_INITIAL";
-	put("\t[NODE_%s] = {\n\t\t.name = \"%s\",\n", n, n);
+	put("\t[WEFT_NODE_%s] = {\n\t\t.name = \"%s\",\n", n, n);
 	if (!nd->abstract)
-		put("\t\t.call = %s_call,\n", n);
+		put("\t\t.call = weft_call_%s,\n", n);
 	put("\t\t.in_size = sizeof(%s_in),\n\t\t.out_size = sizeof(%s_out),\n", n, n);
 	put("\t\t.flags = %s,\n", flags);
 	if (!nd->abstract && nd->nnext)
-		put("\t\t.next = %s_next,\n\t\t.nnext = %d,\n", n, nd->nnext);
+		put("\t\t.next = weft_next_%s,\n\t\t.nnext = %d,\n", n, nd->nnext);
 	if (nd->nrules)
-		put("\t\t.rules = %s_rules,\n\t\t.nrules = %d,\n", n, nd->nrules);
+		put("\t\t.rules = weft_rules_%s,\n\t\t.nrules = %d,\n", n, nd->nrules);
 	if (nd->nuses)
-		put("\t\t.uses = %s_uses,\n\t\t.nuses = %d,\n", n, nd->nuses);
+		put("\t\t.uses = weft_uses_%s,\n\t\t.nuses = %d,\n", n, nd->nuses);
 	if (nd->handler >= 0) {
 		const char *h = p->nodes[nd->handler].name;
-		put("\t\t.on_error = NODE_%s,\n\t\t.err_offset = offsetof(%s_in, err),\n", h, h);
+		put("\t\t.on_error = WEFT_NODE_%s,\n\t\t.err_offset = offsetof(%s_in, err),\n", h, h);
 	} else {
 		put("\t\t.on_error = -1,\n");
 	}
@@ -306,25 +307,25 @@ static void gen_source(const struct program *p)
 	put("#include <stddef.h>\n#include <string.h>\n\n#include \"%s_flow.h\"\n\n", n);
 	put("enum {\n");
 	for (int i = 0; i < p->nnodes; i++)
-		put("\tNODE_%s,\n", p->nodes[i].name);
-	put("\tNODE_COUNT\n};\n");
+		put("\tWEFT_NODE_%s,\n", p->nodes[i].name);
+	put("\tWEFT_NODE_COUNT\n};\n");
 	if (p->nguards) {
 		put("\nenum {\n");
 		for (int i = 0; i < p->nguards; i++)
-			put("\tGUARD_%s,\n", p->guards[i].name);
-		put("\tGUARD_COUNT\n};\n");
+			put("\tWEFT_GUARD_%s,\n", p->guards[i].name);
+		put("\tWEFT_GUARD_COUNT\n};\n");
 	}
 	for (int i = 0; i < p->nnodes; i++)
 		gen_node_code(p, &p->nodes[i]);
-	put("\nstatic const weft_flow_node nodes[NODE_COUNT] = {\n");
+	put("\nstatic const weft_flow_node weft_nodes[WEFT_NODE_COUNT] = {\n");
 	for (int i = 0; i < p->nnodes; i++)
 		gen_node_entry(p, &p->nodes[i]);
 	put("};\n");
 	if (p->nguards) {
-		put("\nstatic const weft_flow_guard guards[GUARD_COUNT] = {\n");
+		put("\nstatic const weft_flow_guard weft_guards[WEFT_GUARD_COUNT] = {\n");
 		for (int i = 0; i < p->nguards; i++) {
 			const struct guard *g = &p->guards[i];
-			put("\t[GUARD_%s] = { \"%s\", %s, %s },\n", g->name, g->name, kind_name(g),
+			put("\t[WEFT_GUARD_%s] = { \"%s\", %s, %s },\n", g->name, g->name, kind_name(g),
 			    g->keys.n ? xprintf("sizeof(%s_key)", g->name) : "0");
 		}
 		put("};\n");
@@ -338,43 +339,43 @@ static void gen_source(const struct program *p)
 		int cnt = pass ? ni : ns;
 		if (!cnt)
 			continue;
-		put("\nstatic const int %s[] = {", pass ? "initials" : "sources");
+		put("\nstatic const int %s[] = {", pass ? "weft_initials" : "weft_sources");
 		int k = 0;
 		for (int s = 0; s < p->nstarts; s++)
 			if (p->starts[s].initial == (pass == 1))
-				put("%s NODE_%s", k++ ? "," : "", p->starts[s].chain[0]);
+				put("%s WEFT_NODE_%s", k++ ? "," : "", p->starts[s].chain[0]);
 		put(" };\n");
 	}
 	put("\n/* the user's optional init(argc, argv) and deinit() */\n");
 	put("extern void init(int argc, char **argv) __attribute__((weak));\n");
 	put("extern void deinit(void) __attribute__((weak));\n\n");
-	put("weft_flow %s_flow = {\n\t.name = \"%s\",\n\t.nodes = nodes,\n\t.nnodes = NODE_COUNT,\n",
+	put("weft_flow %s_flow = {\n\t.name = \"%s\",\n\t.nodes = weft_nodes,\n\t.nnodes = WEFT_NODE_COUNT,\n",
 	    n, n);
 	if (p->nguards)
-		put("\t.guards = guards,\n\t.nguards = GUARD_COUNT,\n");
+		put("\t.guards = weft_guards,\n\t.nguards = WEFT_GUARD_COUNT,\n");
 	if (ns)
-		put("\t.sources = sources,\n\t.nsources = %d,\n", ns);
+		put("\t.sources = weft_sources,\n\t.nsources = %d,\n", ns);
 	if (ni)
-		put("\t.initials = initials,\n\t.ninitials = %d,\n", ni);
+		put("\t.initials = weft_initials,\n\t.ninitials = %d,\n", ni);
 	put("\t.init = init,\n\t.deinit = deinit,\n};\n");
 	for (int i = 0; i < p->nguards; i++) {
 		const struct guard *g = &p->guards[i];
 		put("\n");
 		if (g->kind == G_POOL) {
-			put("int %s_add(%s)\n{\n", g->name, decl(g->value_type, "item"));
-			put("\treturn weft_flow_guard_add(&%s_flow, GUARD_%s, (void *)item);\n}\n", n,
+			put("int %s_add(%s)\n{\n", g->name, decl(g->value_type, "weft_item"));
+			put("\treturn weft_flow_guard_add(&%s_flow, WEFT_GUARD_%s, (void *)weft_item);\n}\n", n,
 			    g->name);
 			continue;
 		}
-		put("int %s_set(%s%s)\n{\n", g->name, key_params(g), decl(g->value_type, "value"));
+		put("int %s_set(%s%s)\n{\n", g->name, key_params(g), decl(g->value_type, "weft_value"));
 		if (g->keys.n) {
-			put("\t%s_key k;\n\tmemset(&k, 0, sizeof k); /* padding is part of the key */\n",
+			put("\t%s_key weft_k;\n\t/* the padding is part of the key */\n\tmemset(&weft_k, 0, sizeof weft_k);\n",
 			    g->name);
 			for (int a = 0; a < g->keys.n; a++)
-				put("\tk.%s = %s;\n", g->keys.v[a].name, g->keys.v[a].name);
+				put("\tweft_k.%s = %s;\n", g->keys.v[a].name, g->keys.v[a].name);
 		}
-		put("\treturn weft_flow_guard_set(&%s_flow, GUARD_%s, %s, (void *)value);\n}\n", n,
-		    g->name, g->keys.n ? "&k" : "NULL");
+		put("\treturn weft_flow_guard_set(&%s_flow, WEFT_GUARD_%s, %s, (void *)weft_value);\n}\n",
+		    n, g->name, g->keys.n ? "&weft_k" : "NULL");
 	}
 }
 
