@@ -224,6 +224,7 @@ BAD(guard_value_not_pointer)
 BAD(include_missing)
 BAD(include_unterminated)
 BAD(reserved_name)
+BAD(c_name_clash)
 BAD(mixed_operators)
 
 /* Every prefix of a valid file, and random bytes, give exit 0 or a clean error: no crash. */

@@ -502,9 +502,55 @@ static void check_handlers(struct program *p)
 	}
 }
 
+/* ---- 7. the C names the generated code declares --------------------------------------------- */
+
+struct cname {
+	const char *name, *what;
+	struct loc loc;
+};
+
+static void add_cname(struct cname **v, int *n, const char *name, const char *what,
+		      const struct loc *loc)
+{
+	for (int i = 0; i < *n; i++)
+		if (!strcmp((*v)[i].name, name))
+			flux_fail(loc, "the C name '%s' (%s) is also %s, declared at %d:%d", name, what,
+				  (*v)[i].what, (*v)[i].loc.line, (*v)[i].loc.col);
+	struct cname *c = APPEND(*v, *n);
+	*c = (struct cname){ name, what, *loc };
+}
+
+/* Node N declares N, N_in, N_out, N_atoms; guard G declares G_key and G_set or G_add: two
+ * declarations must not make the same C name (node A_in beside node A, say). */
+static void check_c_names(const struct program *p)
+{
+	struct cname *v = NULL;
+	int n = 0;
+	for (int i = 0; i < p->nnodes; i++) {
+		const struct node *nd = &p->nodes[i];
+		const char *d = xprintf("generated for node '%s'", nd->name);
+		add_cname(&v, &n, nd->name, "a node", &nd->loc);
+		add_cname(&v, &n, xprintf("%s_in", nd->name), d, &nd->loc);
+		add_cname(&v, &n, xprintf("%s_out", nd->name), d, &nd->loc);
+		add_cname(&v, &n, xprintf("%s_atoms", nd->name), d, &nd->loc);
+	}
+	for (int i = 0; i < p->nconds; i++)
+		add_cname(&v, &n, p->conds[i].name, "a condition", &p->conds[i].loc);
+	for (int i = 0; i < p->nguards; i++) {
+		const struct guard *g = &p->guards[i];
+		const char *d = xprintf("generated for guard '%s'", g->name);
+		add_cname(&v, &n, xprintf("%s_key", g->name), d, &g->loc);
+		add_cname(&v, &n, xprintf(g->kind == G_POOL ? "%s_add" : "%s_set", g->name), d,
+			  &g->loc);
+	}
+	struct loc l = { p->main_file, 1, 1 };
+	add_cname(&v, &n, xprintf("%s_flow", p->name), "the flow object", &l);
+}
+
 void check_program(struct program *p)
 {
 	check_names(p);
+	check_c_names(p);
 	check_uses(p);
 	order_guards(p);
 	check_starts(p);
