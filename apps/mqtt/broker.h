@@ -228,6 +228,7 @@ void topic_send_retained(session *s, const char *filter, uint16_t len, int max_q
 			 uint32_t subid, struct conn *by);
 long topic_retained_count(void);
 long topic_sub_count(void);
+long topic_node_count(void); /* nodes in the tree, the root included */
 void topic_free_all(void);
 
 /* Route m to every matching subscription: one copy per session at the highest matching QoS

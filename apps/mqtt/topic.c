@@ -8,8 +8,10 @@
  *  - A node's children are an open-addressing hash table that only grows: the writer fills an
  *    empty slot with a release store, so a reader sees the new child whole or not at all.
  *    When the table is half full the writer builds a twice-larger copy, publishes it, and
- *    retires the old one through epoch.c. Nodes are never removed while the broker runs (an
- *    empty node costs a few dozen bytes), so a reader never holds a dangling node.
+ *    retires the old one through epoch.c. A node left with no subscription, no retained
+ *    message and no children is unlinked (its slot becomes a tombstone that probes step over
+ *    and inserts reuse) and retired the same way, and so on up the tree: filters that come
+ *    and go (a topic per client) do not leave dead nodes behind.
  *  - A node's subscribers are an immutable array, replaced whole on every change (copy on
  *    write) and the old one retired. Subscription changes are rare next to publishes, and a
  *    publisher then reads a plain array: no per-subscriber lock, no reference count.
@@ -55,11 +57,12 @@ typedef struct grparr {
 
 struct tnode;
 typedef struct ctab {
-	uint32_t mask, count;
+	uint32_t mask, count, used; /* slots: live children; live and tombstones */
 	_Atomic(struct tnode *) slot[];
 } ctab;
 
 typedef struct tnode {
+	struct tnode *parent;
 	uint32_t hash;
 	uint16_t len;
 	_Atomic(ctab *) kids;
@@ -71,7 +74,11 @@ typedef struct tnode {
 
 static tnode *root;
 static weft_mutex wlock = WEFT_MUTEX_INIT;
-static long nretained, nsubs;
+static long nretained, nsubs, nnodes;
+
+/* A removed child's slot: not empty (a probe goes on past it), never equal to a real node. */
+static tnode tomb;
+#define TOMB (&tomb)
 
 static uint32_t hash(const char *s, size_t n)
 {
@@ -89,6 +96,22 @@ static tnode *node_new(const char *name, uint16_t len, uint32_t h)
 	n->hash = h;
 	n->len = len;
 	memcpy(n->name, name, len);
+	nnodes++;
+	return n;
+}
+
+static void node_free(void *p)
+{
+	tnode *n = p;
+	free(atomic_load_explicit(&n->kids, memory_order_relaxed));
+	free(n);
+}
+
+long topic_node_count(void)
+{
+	long n = 0;
+	WEFT_WITH_LOCK(&wlock)
+		n = nnodes;
 	return n;
 }
 
@@ -106,7 +129,7 @@ static tnode *child(tnode *n, const char *s, uint16_t len, uint32_t h)
 		tnode *c = atomic_load_explicit(&t->slot[i], memory_order_acquire);
 		if (!c)
 			return NULL;
-		if (c->hash == h && c->len == len && !memcmp(c->name, s, len))
+		if (c != TOMB && c->hash == h && c->len == len && !memcmp(c->name, s, len))
 			return c;
 	}
 }
@@ -120,13 +143,17 @@ static ctab *ctab_new(uint32_t size)
 	return t;
 }
 
+/* Put c in the first empty or tombstone slot of its probe (c is known to be absent). */
 static void ctab_put(ctab *t, tnode *c)
 {
 	uint32_t i = c->hash & t->mask;
-	while (atomic_load_explicit(&t->slot[i], memory_order_relaxed))
+	tnode *x;
+	while ((x = atomic_load_explicit(&t->slot[i], memory_order_relaxed)) && x != TOMB)
 		i = (i + 1) & t->mask;
 	atomic_store_explicit(&t->slot[i], c, memory_order_release);
 	t->count++;
+	if (!x)
+		t->used++;
 }
 
 /* The child named s, created if missing. Writer lock held. */
@@ -137,12 +164,17 @@ static tnode *child_make(tnode *n, const char *s, uint16_t len)
 	if (c)
 		return c;
 	c = node_new(s, len, h);
+	c->parent = n;
 	ctab *t = atomic_load_explicit(&n->kids, memory_order_relaxed);
-	if (!t || (t->count + 1) * 2 > t->mask + 1) {
-		ctab *bigger = ctab_new(t ? (t->mask + 1) * 2 : 4);
+	if (!t || (t->used + 1) * 2 > t->mask + 1) {
+		/* rebuild: twice the live children's room, tombstones dropped */
+		uint32_t size = 4;
+		while (t && size < (t->count + 1) * 4)
+			size *= 2;
+		ctab *bigger = ctab_new(size);
 		for (uint32_t i = 0; t && i <= t->mask; i++) {
 			tnode *x = atomic_load_explicit(&t->slot[i], memory_order_relaxed);
-			if (x)
+			if (x && x != TOMB)
 				ctab_put(bigger, x);
 		}
 		atomic_store_explicit(&n->kids, bigger, memory_order_release);
@@ -152,6 +184,32 @@ static tnode *child_make(tnode *n, const char *s, uint16_t len)
 	}
 	ctab_put(t, c);
 	return c;
+}
+
+static bool node_empty(tnode *n)
+{
+	ctab *t = atomic_load_explicit(&n->kids, memory_order_relaxed);
+	return (!t || !t->count) && !n->retained &&
+	       !atomic_load_explicit(&n->subs, memory_order_relaxed) &&
+	       !atomic_load_explicit(&n->groups, memory_order_relaxed);
+}
+
+/* Unlink n and its ancestors while they are empty. Writer lock held. */
+static void prune(tnode *n)
+{
+	while (n && n != root && node_empty(n)) {
+		tnode *p = n->parent;
+		ctab *t = atomic_load_explicit(&p->kids, memory_order_relaxed);
+		for (uint32_t i = n->hash & t->mask;; i = (i + 1) & t->mask)
+			if (atomic_load_explicit(&t->slot[i], memory_order_relaxed) == n) {
+				atomic_store_explicit(&t->slot[i], TOMB, memory_order_release);
+				break;
+			}
+		t->count--;
+		nnodes--;
+		ebr_retire(n, node_free);
+		n = p;
+	}
 }
 
 /* Split off the level of s[*pos..len): its start and length; advances *pos past the '/'. */
@@ -335,6 +393,7 @@ int topic_unsubscribe(session *s, const char *f, uint16_t len)
 			nsubs--;
 			if (x)
 				group_drop_if_empty(n, x);
+			prune(n);
 		} else {
 			free(b);
 		}
@@ -513,6 +572,7 @@ void topic_retain(msg *m)
 		n->retained = m->payload_len ? msg_ref(m) : NULL;
 		nretained += (n->retained != NULL) - (old != NULL);
 		msg_unref(old);
+		prune(n);
 	}
 }
 
@@ -552,7 +612,7 @@ static void retained_match(const char *f, uint16_t len, route_buf *out, route_bu
 			collect(x.n, out);
 			for (uint32_t i = 0; t && i <= t->mask; i++) {
 				tnode *c = atomic_load_explicit(&t->slot[i], memory_order_relaxed);
-				if (!c || (x.depth == 0 && c->len && c->name[0] == '$'))
+				if (!c || c == TOMB || (x.depth == 0 && c->len && c->name[0] == '$'))
 					continue;
 				w = route_grow(stack, sizeof(walk), stack->n + 1);
 				w[stack->n++] = (walk){ c, 0, x.depth + 1, 1 };
@@ -571,7 +631,7 @@ static void retained_match(const char *f, uint16_t len, route_buf *out, route_bu
 			if (x.depth == 0) { /* "#" at the top: not the node itself, not $ topics */
 				for (uint32_t i = 0; t && i <= t->mask; i++) {
 					tnode *c = atomic_load_explicit(&t->slot[i], memory_order_relaxed);
-					if (!c || (c->len && c->name[0] == '$'))
+					if (!c || c == TOMB || (c->len && c->name[0] == '$'))
 						continue;
 					w = route_grow(stack, sizeof(walk), stack->n + 1);
 					w[stack->n++] = (walk){ c, 0, 1, 1 };
@@ -583,7 +643,7 @@ static void retained_match(const char *f, uint16_t len, route_buf *out, route_bu
 		} else if (k == 1 && l[0] == '+') {
 			for (uint32_t i = 0; t && i <= t->mask; i++) {
 				tnode *c = atomic_load_explicit(&t->slot[i], memory_order_relaxed);
-				if (!c || (x.depth == 0 && c->len && c->name[0] == '$'))
+				if (!c || c == TOMB || (x.depth == 0 && c->len && c->name[0] == '$'))
 					continue;
 				w = route_grow(stack, sizeof(walk), stack->n + 1);
 				w[stack->n++] = (walk){ c, pos, x.depth + 1, 0 };
@@ -628,7 +688,7 @@ void topic_free_all(void)
 		ctab *t = atomic_load_explicit(&n->kids, memory_order_relaxed);
 		for (uint32_t i = 0; t && i <= t->mask; i++) {
 			tnode *c = atomic_load_explicit(&t->slot[i], memory_order_relaxed);
-			if (c) {
+			if (c && c != TOMB) {
 				v = route_grow(&stack, sizeof(tnode *), stack.n + 1);
 				v[stack.n++] = c;
 			}
@@ -644,4 +704,5 @@ void topic_free_all(void)
 	}
 	free(stack.v);
 	root = NULL;
+	nnodes = 0;
 }

@@ -381,3 +381,47 @@ TEST(concurrent_publish_and_subscribe)
 {
 	RUN(churn_main);
 }
+
+/* Filters and retained topics that come and go leave no nodes behind. */
+static int prune_main(void *arg)
+{
+	(void)arg;
+	setup();
+	session *s = mk();
+	CHECK_EQ(sub(s, "keep/+/x", 1, 0), 0);
+	long base = topic_node_count();
+	char f[64];
+	for (int i = 0; i < 2000; i++) {
+		snprintf(f, sizeof f, "client/%d/cmd/#", i);
+		CHECK_EQ(sub(s, f, 1, 0), 0);
+		snprintf(f, sizeof f, "keep/%d/x", i);
+		pub(f, 1, 1, "r", NULL); /* retained, matched by keep/+/x */
+	}
+	CHECK(topic_node_count() > base + 4000);
+	for (int i = 0; i < 2000; i++) {
+		snprintf(f, sizeof f, "client/%d/cmd/#", i);
+		CHECK_EQ(topic_unsubscribe(s, f, (uint16_t)strlen(f)), 1);
+		snprintf(f, sizeof f, "keep/%d/x", i);
+		pub(f, 1, 1, "", NULL); /* cleared */
+		ebr_collect(0);
+	}
+	CHECK_EQ(topic_node_count(), base);
+	CHECK_EQ(topic_retained_count(), 0);
+	/* the tree still works after all that */
+	CHECK_EQ(pub("keep/a/x", 1, 0, "p", NULL), 1);
+	CHECK_EQ(sub(s, "client/7/cmd/#", 1, 0), 0);
+	CHECK_EQ(pub("client/7/cmd/go", 1, 0, "p", NULL), 1);
+	while (s->queue)
+		drop(pop(s));
+	const char *fs[] = { "keep/+/x", "client/7/cmd/#" };
+	unsub_all(s, fs, 2);
+	CHECK_EQ(topic_node_count(), 1);
+	teardown();
+	free(s);
+	return 0;
+}
+
+TEST(empty_nodes_pruned)
+{
+	RUN(prune_main);
+}
