@@ -202,7 +202,8 @@ static void check_uses(struct program *p)
 static void order_guards(struct program *p)
 {
 	int ng = p->nguards;
-	char *before = calloc((size_t)ng * (size_t)ng + 1, 1); /* before[a*ng+b]: a before b */
+	size_t nb = (size_t)ng * (size_t)ng + 1;
+	char *before = memset(xmalloc(nb), 0, nb); /* before[a*ng+b]: a before b */
 	for (int i = 0; i < p->nprecs; i++) {
 		struct precedence *pr = &p->precs[i];
 		int prev = -1;
@@ -230,7 +231,7 @@ static void order_guards(struct program *p)
 		}
 	}
 	p->guard_order = xmalloc(sizeof(int) * (size_t)(ng + 1));
-	char *placed = calloc((size_t)ng + 1, 1);
+	char *placed = memset(xmalloc((size_t)ng + 1), 0, (size_t)ng + 1);
 	for (int r = 0; r < ng; r++) {
 		for (int g = 0; g < ng; g++) { /* first in declaration order with nothing before */
 			if (placed[g])
@@ -260,8 +261,6 @@ static void order_guards(struct program *p)
 				n->uses[b] = t;
 			}
 	}
-	free(before);
-	free(placed);
 }
 
 /* ---- 4. the graph ------------------------------------------------------------------------ */
