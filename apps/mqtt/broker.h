@@ -171,7 +171,6 @@ typedef struct session {
 	uint64_t dirty_batch;
 } session;
 
-void sessions_init(void);
 /* Find or make the session for client_id and attach c to it (taking over from a connection
  * still attached). *present says whether an old session was resumed. */
 session *session_attach(struct conn *c, const char *id, uint16_t id_len, bool clean,
@@ -277,7 +276,8 @@ typedef struct conn {
 	atomic_int kick_rc;       /* set by conn_kick: the reason to give a 5.0 client */
 } conn;
 
-void conn_serve(int fd, bool loopback);
+/* Serve a client on fd (accepted) in a task of its own. */
+void conn_serve(int fd);
 /* Note s as needing a flush at the end of c's current batch. */
 void conn_mark_dirty(conn *c, session *s);
 void conns_shutdown(void);

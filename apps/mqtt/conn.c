@@ -309,60 +309,47 @@ static int on_publish(conn *c, mq_packet *pk)
 static int on_subscribe(conn *c, mq_packet *pk)
 {
 	session *s = c->s;
-	uint8_t small[64], *codes = small;
-	uint32_t cap = sizeof small, n = 0, pos = 0;
+	uint32_t n = 0, pos = 0;
 	mq_bytes f;
 	uint8_t o;
+	while (mq_sub_next(pk, &pos, &f, &o))
+		n++;
+	/* codes[i]: the SUBACK's; want[i]: send filter i's retained messages after it */
+	uint8_t small[128], *codes = n <= 64 ? small : malloc(2 * (size_t)n);
+	if (!codes)
+		abort();
+	uint8_t *want = codes + n;
 	uint32_t subid = c->version == 5 ? pk->props.subscription_id : 0;
-	/* first pass: subscribe, collect codes */
-	while (mq_sub_next(pk, &pos, &f, &o)) {
-		if (n == cap) {
-			uint8_t *b = malloc(cap * 2);
-			if (!b)
-				abort();
-			memcpy(b, codes, n);
-			if (codes != small)
-				free(codes);
-			codes = b;
-			cap *= 2;
-		}
+	pos = 0;
+	for (uint32_t i = 0; mq_sub_next(pk, &pos, &f, &o); i++) {
 		bool shared = f.len >= 7 && !memcmp(f.p, "$share/", 7);
+		want[i] = 0;
 		if (mq_topic_filter_check(f.p, f.len) < 0) {
-			codes[n++] = c->version == 5 ? MQ_RC_TOPIC_FILTER_INVALID : 0x80;
+			codes[i] = c->version == 5 ? MQ_RC_TOPIC_FILTER_INVALID : 0x80;
 			continue;
 		}
-		if (shared && (o & SUB_NL)) {
+		if (shared && (o & SUB_NL)) { /* [MQTT-3.8.3-4] */
 			if (codes != small)
 				free(codes);
 			return -MQ_RC_PROTOCOL_ERROR;
 		}
-		uint8_t opts = (uint8_t)(o & 0x3F);
-		int existed = topic_subscribe(s, (const char *)f.p, (uint16_t)f.len, opts, subid);
+		int existed = topic_subscribe(s, (const char *)f.p, (uint16_t)f.len,
+					      (uint8_t)(o & 0x3F), subid);
 		subrec_add(s, f.p, (uint16_t)f.len);
-		codes[n++] = (uint8_t)(o & 3);
+		codes[i] = (uint8_t)(o & 3);
 		int rh = (o >> 4) & 3;
-		if (shared || rh == 2 || (rh == 1 && existed))
-			codes[n - 1] |= 0x40; /* marks: no retained messages (cleared below) */
+		want[i] = !shared && (rh == 0 || (rh == 1 && !existed));
 	}
-	uint8_t *pkt = malloc(16 + n);
-	if (!pkt)
-		abort();
-	for (uint32_t i = 0; i < n; i++)
-		pkt[i] = codes[i];
-	for (uint32_t i = 0; i < n; i++)
-		codes[i] &= (uint8_t)~0x40;
-	uint8_t *out = malloc(16 + n);
+	uint8_t *out = malloc(16 + (size_t)n);
 	if (!out)
 		abort();
 	size_t len = mq_enc_suback(out, c->version, MQ_SUBACK, pk->packet_id, codes, (int)n, NULL);
 	send_pkt(c, out, len);
 	free(out);
-	/* then the retained messages, after the SUBACK */
 	pos = 0;
 	for (uint32_t i = 0; mq_sub_next(pk, &pos, &f, &o); i++)
-		if (pkt[i] < 0x40)
+		if (want[i])
 			topic_send_retained(s, (const char *)f.p, (uint16_t)f.len, o & 3, subid, c);
-	free(pkt);
 	if (codes != small)
 		free(codes);
 	return 0;
@@ -676,9 +663,8 @@ static bool is_loopback(int fd)
 	return ss.ss_family == AF_UNIX;
 }
 
-void conn_serve(int fd, bool loopback)
+void conn_serve(int fd)
 {
-	(void)loopback;
 	conn *c = calloc(1, sizeof *c);
 	if (!c) {
 		weft_close(fd);

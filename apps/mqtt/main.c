@@ -42,7 +42,7 @@ static void acceptor(void *arg)
 		}
 		int one = 1;
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-		conn_serve(fd, false);
+		conn_serve(fd);
 	}
 }
 
@@ -64,7 +64,6 @@ static int broker(void *arg)
 	pool_init();
 	stats_init();
 	topic_init();
-	sessions_init();
 	for (int i = 0; i < conf.nlisteners; i++) {
 		listener_conf *l = &conf.listeners[i];
 		lfds[i] = weft_tcp_listen(l->host[0] ? l->host : NULL, l->port, 4096);

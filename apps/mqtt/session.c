@@ -47,10 +47,6 @@ static uint32_t id_hash(const char *id, uint16_t n)
 	return h;
 }
 
-void sessions_init(void)
-{
-}
-
 long sessions_count(void)
 {
 	long n = 0;
