@@ -489,8 +489,13 @@ static int process(conn *c, rd *b, bool *will)
 			break;
 		}
 		if ((uint32_t)total > b->len - off) {
-			if ((uint32_t)total > b->cap) { /* a packet larger than the buffer: grow */
-				uint8_t *nb = pool_alloc((size_t)total);
+			if (b->len - off == b->cap) { /* a packet larger than the buffer: grow it, four
+						       * times at a time, so a length announced is
+						       * not memory taken before the bytes come */
+				size_t want = (size_t)b->cap * 4;
+				if (want > (size_t)total)
+					want = (size_t)total;
+				uint8_t *nb = pool_alloc(want);
 				memcpy(nb, b->buf + off, b->len - off);
 				pool_free(b->buf);
 				b->buf = nb;
