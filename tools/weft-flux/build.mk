@@ -18,15 +18,16 @@ $(FLUXC): tools/weft-flux/weft-flux.c $(FLUX_SRC) $(FLUX_HDRS)
 	cc -O2 -std=gnu11 -o $@ tools/weft-flux/weft-flux.c $(FLUX_SRC)
 endif
 
-# Generated flows live in $(B)/gen/<name>/.
 ALL += $(B)/bin/weft-flux $(B)/bin/dwarves $(B)/bin/dwarves-detached
+
+# Generated flows live in $(B)/gen/<name>/ (one pair of files per target: &: groups them).
 
 # ---- the dwarves (examples/dwarves): linked to libweft.so and libweft-shim.so, so that the
 # nodes' plain usleep() calls become task sleeps
-$(B)/gen/dwarves/dwarves_flow.c $(B)/gen/dwarves/dwarves_flow.h: examples/dwarves/dwarves.flux $(FLUXC)
+$(B)/gen/dwarves/dwarves_flow.c $(B)/gen/dwarves/dwarves_flow.h &: examples/dwarves/dwarves.flux $(FLUXC)
 	@mkdir -p $(@D)
 	$(FLUXC) -o $(@D) $<
-$(B)/gen/dwarves-detached/dwarves_flow.c $(B)/gen/dwarves-detached/dwarves_flow.h: examples/dwarves/dwarves-detached.flux $(FLUXC)
+$(B)/gen/dwarves-detached/dwarves_flow.c $(B)/gen/dwarves-detached/dwarves_flow.h &: examples/dwarves/dwarves-detached.flux $(FLUXC)
 	@mkdir -p $(@D)
 	$(FLUXC) -n dwarves -o $(@D) $<
 
@@ -36,7 +37,7 @@ $(B)/bin/dwarves: examples/dwarves/dwarves.c $(B)/gen/dwarves/dwarves_flow.c $(B
 $(B)/bin/dwarves-detached: examples/dwarves/dwarves.c $(B)/gen/dwarves-detached/dwarves_flow.c $(B)/gen/dwarves-detached/dwarves_flow.h $(B)/libweft.so $(B)/libweft-shim.so | $(B)/bin
 	$(CC) $(CFLAGS) -I$(B)/gen/dwarves-detached $(LDFLAGS) -o $@ examples/dwarves/dwarves.c $(B)/gen/dwarves-detached/dwarves_flow.c $(DWARVES_LINK) $(LDLIBS)
 
-# ---- tests: the compiler in-process (tests/flux.c), the run-time on tests/flux/flow.flux
+# ---- tests: the compiler in-process (tests/flux.c), the run-time on tests/flux/rt_*.flux
 $(B)/tests/flux: tests/flux.c $(FLUX_SRC) $(FLUX_HDRS) tests/test.c tests/test.h $(B)/libweft.a | $(B)/tests
 	$(CC) $(CFLAGS) -Itests -Itools/weft-flux $(LDFLAGS) -o $@ tests/flux.c $(FLUX_SRC) tests/test.c $(B)/libweft.a $(LDLIBS)
 
@@ -50,7 +51,7 @@ $(B)/tests/flow: tests/flow.c $(FLOW_TEST_GEN) $(FLOW_TEST_GEN:.c=.h) tests/test
 	$(CC) $(CFLAGS) -Itests -I$(B)/gen/tests $(LDFLAGS) -o $@ tests/flow.c $(FLOW_TEST_GEN) tests/test.c $(B)/libweft.a $(LDLIBS)
 
 # ---- benchmarks
-$(B)/gen/flowchain/flowchain_flow.c $(B)/gen/flowchain/flowchain_flow.h: bench/flow/flowchain.flux $(FLUXC)
+$(B)/gen/flowchain/flowchain_flow.c $(B)/gen/flowchain/flowchain_flow.h &: bench/flow/flowchain.flux $(FLUXC)
 	@mkdir -p $(@D)
 	$(FLUXC) -o $(@D) $<
 $(B)/bench/flowchain: bench/flowchain.c $(B)/gen/flowchain/flowchain_flow.c $(B)/gen/flowchain/flowchain_flow.h bench/bench.h $(B)/libweft.a | $(B)/bench
