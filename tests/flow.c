@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "rt_detached_flow.h"
+#include "rt_detsplay_flow.h"
 #include "rt_guards_flow.h"
 #include "rt_keys_flow.h"
 #include "rt_route_flow.h"
@@ -572,4 +573,42 @@ TEST(dwarves_example)
 TEST(dwarves_detached_example)
 {
 	dwarves("dwarves-detached");
+}
+
+/* ---- splay from a detached node ---------------------------------------------------------- */
+
+static atomic_int dcollected[20];
+
+int DStart(const DStart_in *in, DStart_out *out, DStart_atoms *a)
+{
+	(void)in, (void)a;
+	out->n = 20;
+	return 0;
+}
+
+int DSplay(const DSplay_in *in, DSplay_out *out, DSplay_atoms *a)
+{
+	(void)a;
+	CHECK(weft_self() == NULL); /* a pool thread */
+	for (int i = 0; i < in->n - 1; i++) {
+		out->i = i;
+		CHECK_EQ(weft_flow_emit(out), 0);
+	}
+	out->i = in->n - 1;
+	return 0;
+}
+
+int DCollect(const DCollect_in *in, DCollect_out *out, DCollect_atoms *a)
+{
+	(void)out, (void)a;
+	CHECK(in->i >= 0 && in->i < 20);
+	atomic_fetch_add(&dcollected[in->i], 1);
+	return 0;
+}
+
+TEST(detached_splay)
+{
+	CHECK_EQ(weft_flow_run(&rt_detsplay_flow, 0, NULL), 0);
+	for (int i = 0; i < 20; i++)
+		CHECK_EQ(dcollected[i], 1);
 }
