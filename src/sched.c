@@ -53,10 +53,11 @@
 #define BUSY_POLL_NS 20000  /* a busy worker polls fds at most this often */
 #define STUCK_NS 10000000   /* a worker on one task this long with work queued is stuck;
 			     * above an OS time slice, so a preempted worker does not count */
-#define STALL_NS 10000     /* see steal() */
+#define STALL_NS 10000      /* see steal() */
 #define CONTENDED_NS 2000000
-#define SPIN_NS 20000       /* an idle worker looks for work this long before sleeping */
-#define TIMER_SPIN_NS 20000 /* and wakes this long before a deadline, then spins up to it:
+#define SPIN_NS 20000       /* an idle worker looks for work up to this long before sleeping */
+#define SPIN_MIN_NS 1250    /* and at least this long: see worker_loop() */
+#define TIMER_SPIN_NS 20000 /* it wakes this long before a deadline, then spins up to it:
 			     * a futex timeout alone ends 20-60 us late on a virtual machine */
 
 static struct {
@@ -579,8 +580,10 @@ static weft_task *steal(struct worker *w, bool take_next)
 				continue;
 			if (round == 0)
 				steal_timers(v);
-			if (picky && !stalled(w, v))
+			if (picky && !stalled(w, v)) {
+				w->declined = true;
 				continue;
+			}
 			if (inbox_drain(w, v))
 				return pick(w);
 			uint32_t got = runq_grab(&v->q, batch, RUNQ_SIZE / 2);
@@ -737,27 +740,39 @@ static void idle(struct worker *w)
 	pthread_mutex_unlock(&S.idle_lock);
 }
 
+/*
+ * Keep looking a little while before sleeping: work often comes back within microseconds, and
+ * a futex sleep and wake-up cost several. But a program woken now and then (a server at a
+ * modest rate) would pay a spin per wake-up for nothing, and on a shared machine take the CPU
+ * from whoever does the work. So the spin adapts, as adaptive mutexes do: it halves each time
+ * it ends empty-handed (down to SPIN_MIN_NS) and doubles each time it finds work (up to
+ * SPIN_NS). A spin that saw work but declined it (a hot channel, see steal()) keeps its
+ * length: there is work about, it just belongs on another core.
+ */
 static void worker_loop(struct worker *w)
 {
 	int64_t spin_since = 0;
 	while (!atomic_load(&S.stop)) {
 		weft_task *t = find_work(w, spin_since && weft_now() - spin_since >= NEXT_STEAL_NS);
 		if (!t) {
-			/* Keep looking a little while before sleeping: work often comes back within
-			 * microseconds, and a futex sleep and wake-up cost several. */
 			int64_t now = weft_now();
 			if (!spin_since)
 				spin_since = now;
 			int64_t due = atomic_load_explicit(&w->timers.first, memory_order_relaxed);
-			if ((w->spinning && now - spin_since < SPIN_NS) || due - now < TIMER_SPIN_NS) {
+			if ((w->spinning && now - spin_since < w->spin_ns) || due - now < TIMER_SPIN_NS) {
 				for (int i = 0; i < 16; i++)
 					cpu_relax();
 				continue;
 			}
+			if (w->spinning && !w->declined && w->spin_ns > SPIN_MIN_NS)
+				w->spin_ns /= 2;
+			w->declined = false;
 			idle(w);
 			spin_since = 0;
 			continue;
 		}
+		if (spin_since && w->spin_ns < SPIN_NS)
+			w->spin_ns *= 2;
 		spin_since = 0;
 		if (w->spinning)
 			stop_spinning(w);
@@ -946,6 +961,7 @@ static int init_workers(int n)
 		S.w[i] = w;
 		w->id = i;
 		w->rng = 0x9e3779b9u * (uint32_t)(i + 1);
+		w->spin_ns = SPIN_NS;
 		w->peek = calloc((size_t)S.cap, sizeof *w->peek);
 		if (!w->peek)
 			return -ENOMEM;

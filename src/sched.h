@@ -29,6 +29,8 @@ struct worker {
 	uint32_t next_streak;         /* consecutive runs from `next`, bounded for fairness */
 	uint32_t rng;
 	bool spinning;                /* looking for work to steal (counted in nspinning) */
+	int64_t spin_ns;              /* how long it looks before sleeping (worker_loop) */
+	bool declined;                /* this spin saw work it left to its worker (steal) */
 	bool in_idle;                 /* on the idle list; guarded by the idle lock */
 	atomic_bool in_epoll;         /* its idle sleep is in epoll: wake it through the poller */
 	struct timer_heap timers;
