@@ -26,8 +26,10 @@ $(B)/bin/weft-mqtt: apps/mqtt/main.c $(MQTT_OBJ) $(B)/libweft.a | $(B)/bin
 $(B)/tests/mqtt_%: apps/mqtt/tests/%.c $(MQTT_OBJ) tests/test.c tests/test.h $(B)/libweft.a $(B)/bin/weft-mqtt | $(B)/tests
 	$(CC) $(CFLAGS) -Itests -iquote apps/mqtt $(LDFLAGS) -o $@ $< tests/test.c $(MQTT_OBJ) $(B)/libweft.a $(MQTT_LIBS) $(LDLIBS)
 
-# The fuzz target needs clang (libFuzzer); it decodes with both protocol levels.
+# The fuzz target needs clang (libFuzzer); it decodes with both protocol levels. `make fuzz`
+# (part of make test-all) runs it for FUZZ_TIME seconds.
 FUZZ_TIME ?= 60
+FUZZ += mqtt-fuzz
 MQTT_FUZZ_SRC := apps/mqtt/fuzz/decode.c apps/mqtt/codec.c apps/mqtt/encode.c
 $(B)/fuzz/mqtt_decode: $(MQTT_FUZZ_SRC) apps/mqtt/codec.h
 	@mkdir -p $(B)/fuzz
