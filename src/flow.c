@@ -38,11 +38,15 @@
  * Ending. in_flight counts the events that exist (a source's event exists until the source
  * stops). It is one shared counter, so it is touched as little as possible: new events are
  * counted in one addition before they are spawned (a source counts SOURCE_CREDIT ahead and
- * gives back what it did not use when it stops), and a continuation takes over the count of
- * the event it follows, so a chain of nodes costs one subtraction in all. Stop sets a flag the
- * sources check after each run; kill also makes every event that has not started yet (or is
- * woken from a guard queue) release what it holds and vanish, and stops the routing of
- * outputs. The last event to go posts `done`, and weft_flow_run returns.
+ * gives back what it did not use when it stops), a continuation takes over the count of the
+ * event it follows, and a worker takes the events it frees off the count OWED_BATCH at a time,
+ * so that a chain of nodes touches the shared line once per batch. While sources run the count
+ * cannot reach zero anyway; once the flow stops (or in a flow without sources) frees go
+ * straight to the count, and weft_flow_run sweeps up every millisecond what workers still owe
+ * (one may not have seen the flag yet). Stop sets a flag the sources check after each run;
+ * kill also makes every event that has not started yet (or is woken from a guard queue)
+ * release what it holds and vanish, and stops the routing of outputs. The count reaching zero
+ * posts `done`, and weft_flow_run returns.
  *
  * Counters. Each worker has a row of per-node counters, written only by that worker with
  * relaxed atomics and summed by readers. Reading the clock costs more than running a small
@@ -69,6 +73,7 @@
 #define MAX_IN_FLIGHT 8192 /* a source pauses while more events than this exist */
 #define SOURCE_BATCH 16    /* a source yields once per this many runs */
 #define SOURCE_CREDIT 64   /* a source counts its events in flight this many at a time */
+#define OWED_BATCH 32      /* a worker takes its freed events off the count this many at a time */
 
 /* ---- records ----------------------------------------------------------------------------- */
 
@@ -118,9 +123,9 @@ struct nstat {
 };
 
 struct evcache {
-	struct event *head;
+	alignas(64) struct event *head;
 	int n;
-	char pad[64 - sizeof(void *) - sizeof(int)];
+	atomic_long owed;           /* events freed here, not yet taken off in_flight */
 };
 
 struct weft_flow_rt {
@@ -138,7 +143,8 @@ struct weft_flow_rt {
 	weft_sem done;
 	int nrows;                  /* workers, plus one row for other threads */
 	struct nstat *stats;        /* nrows x nnodes */
-	struct evcache *caches;     /* one per worker */
+	struct evcache *caches;     /* one per worker; kept from run to run */
+	int ncaches;
 	spinlock glock;             /* the global list of free events */
 	struct event *global;
 	atomic_int nglobal;         /* read without the lock as a hint */
@@ -258,9 +264,29 @@ static void flight_sub(struct weft_flow_rt *rt, long n)
 		weft_sem_post(&rt->done);
 }
 
+/* One event fewer. A worker takes its events off the shared count OWED_BATCH at a time: a
+ * chain's last node then touches no shared cache line. Once the flow is stopping (or has no
+ * source, so that any event may be the last) every event goes at once, and weft_flow_run
+ * sweeps up what workers still owe every millisecond, in case one had not yet seen the flag. */
 static void flight_done(struct weft_flow_rt *rt)
 {
-	flight_sub(rt, 1);
+	int w = weft_worker_id();
+	if (w < 0 || w >= rt->nrows - 1 || rt->f->nsources == 0 ||
+	    atomic_load_explicit(&rt->stopping, memory_order_relaxed)) {
+		flight_sub(rt, 1);
+		return;
+	}
+	atomic_long *owed = &rt->caches[w].owed;
+	/* release: the free-list push above comes before whoever takes this unit */
+	if (atomic_fetch_add_explicit(owed, 1, memory_order_release) + 1 >= OWED_BATCH)
+		flight_sub(rt, atomic_exchange_explicit(owed, 0, memory_order_acq_rel));
+}
+
+/* Take what every worker owes off the shared count. */
+static void flight_sweep(struct weft_flow_rt *rt)
+{
+	for (int w = 0; w < rt->nrows - 1; w++)
+		flight_sub(rt, atomic_exchange_explicit(&rt->caches[w].owed, 0, memory_order_acq_rel));
 }
 
 /* Put ev back on a free list; the count in flight is the caller's business. */
@@ -903,8 +929,10 @@ static void caches_free(struct weft_flow_rt *rt)
 	}
 	rt->global = NULL;
 	rt->nglobal = 0;
-	free(rt->caches);
-	rt->caches = NULL;
+	for (int w = 0; w < rt->nrows - 1; w++) { /* the array stays: see flight_done */
+		rt->caches[w].head = NULL;
+		rt->caches[w].n = 0;
+	}
 }
 
 static int flow_body(weft_flow *f, int argc, char **argv)
@@ -919,10 +947,14 @@ static int flow_body(weft_flow *f, int argc, char **argv)
 	rt->nrows = workers + 1;
 	free(rt->stats);
 	rt->stats = calloc((size_t)rt->nrows * (size_t)f->nnodes + 1, sizeof *rt->stats);
-	rt->caches = calloc((size_t)workers + 1, sizeof *rt->caches);
-	if (!rt->stats || !rt->caches) {
+	if (rt->ncaches < workers + 1) { /* a later weft_run with more workers */
 		free(rt->caches);
-		rt->caches = NULL;
+		rt->caches = aligned_alloc(64, sizeof *rt->caches * (size_t)(workers + 1));
+		if (rt->caches)
+			memset(rt->caches, 0, sizeof *rt->caches * (size_t)(workers + 1));
+		rt->ncaches = rt->caches ? workers + 1 : 0;
+	}
+	if (!rt->stats || !rt->caches) {
 		atomic_store(&rt->running, 0);
 		return -ENOMEM;
 	}
@@ -949,8 +981,10 @@ static int flow_body(weft_flow *f, int argc, char **argv)
 		flight_add(rt, 1);
 		spawn_event(ev);
 	}
-	flight_done(rt);
-	weft_sem_wait(&rt->done);
+	flight_sub(rt, 1);
+	while (weft_sem_wait_until(&rt->done, weft_now() + 1000000) == -ETIMEDOUT)
+		if (f->nsources == 0 || atomic_load(&rt->stopping))
+			flight_sweep(rt);
 	/* the last ev_free posted `done` after its last touch of the lists; taking the lock
 	 * once orders that before the frees below */
 	spin_lock(&rt->glock);
