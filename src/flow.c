@@ -214,7 +214,8 @@ static struct event *ev_alloc(struct weft_flow_rt *rt, int node)
 	int w = weft_worker_id();
 	if (w >= 0 && w < rt->nrows - 1) {
 		struct evcache *c = &rt->caches[w];
-		if (!c->head && atomic_load_explicit(&rt->nglobal, memory_order_relaxed)) { /* refill a batch (nglobal read racily: a hint) */
+		/* refill a batch (nglobal read without the lock: a hint) */
+		if (!c->head && atomic_load_explicit(&rt->nglobal, memory_order_relaxed)) {
 			spin_lock(&rt->glock);
 			for (int i = 0; i < EV_BATCH && rt->global; i++) {
 				struct event *e = rt->global;

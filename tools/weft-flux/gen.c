@@ -349,8 +349,8 @@ static void gen_source(const struct program *p)
 	put("\n/* the user's optional init(argc, argv) and deinit() */\n");
 	put("extern void init(int argc, char **argv) __attribute__((weak));\n");
 	put("extern void deinit(void) __attribute__((weak));\n\n");
-	put("weft_flow %s_flow = {\n\t.name = \"%s\",\n\t.nodes = weft_nodes,\n\t.nnodes = WEFT_NODE_COUNT,\n",
-	    n, n);
+	put("weft_flow %s_flow = {\n\t.name = \"%s\",\n", n, n);
+	put("\t.nodes = weft_nodes,\n\t.nnodes = WEFT_NODE_COUNT,\n");
 	if (p->nguards)
 		put("\t.guards = weft_guards,\n\t.nguards = WEFT_GUARD_COUNT,\n");
 	if (ns)
@@ -369,8 +369,9 @@ static void gen_source(const struct program *p)
 		}
 		put("int %s_set(%s%s)\n{\n", g->name, key_params(g), decl(g->value_type, "weft_value"));
 		if (g->keys.n) {
-			put("\t%s_key weft_k;\n\t/* the padding is part of the key */\n\tmemset(&weft_k, 0, sizeof weft_k);\n",
-			    g->name);
+			put("\t%s_key weft_k;\n", g->name);
+			put("\t/* the padding is part of the key */\n");
+			put("\tmemset(&weft_k, 0, sizeof weft_k);\n");
 			for (int a = 0; a < g->keys.n; a++)
 				put("\tweft_k.%s = %s;\n", g->keys.v[a].name, g->keys.v[a].name);
 		}
