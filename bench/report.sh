@@ -1,7 +1,7 @@
 #!/bin/sh
 # Write bench/results/report.md (the table of the last run) and, where gnuplot is installed
 # (Debian: gnuplot-nox, see `make bench-peers`), charts of the seed experiments:
-# bench/results/mutex.png and bench/results/packets.png.
+# bench/results/mutex.png, packets.png, dwarves.png and mqtt.png.
 res=bench/results
 in=$res/latest.jsonl
 cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores"
@@ -48,6 +48,26 @@ awk -F'"' '/"bench":"packets"/ && $8 ~ /^(weft|go) cap=[0-9a-z]+$/ {
 	sort -V | (echo "capacity weft-1-worker weft-2-workers go-GOMAXPROCS=1 go-GOMAXPROCS=2"; cat) \
 	> $res/packets.dat
 
+# dwarves: dwarves per second, weft's two flows against the bounds and the thread baselines
+awk -F'"' '/"bench":"dwarves"/ && $8 !~ /^cpu/ {
+		v = $0; sub(/.*"value":/, "", v); sub(/,.*/, "", v); printf "\"%s\" %s\n", $8, v }' "$in" \
+	> $res/dwarves.dat
+
+# mqtt: delivered msgs/s and broker CPU per message by scenario, weft-mqtt and mosquitto
+awk -F'"' '/"bench":"mqtt"/ && $8 ~ /^(weft-mqtt|mosquitto) (fanin|pairs-q0|pairs-q1|fanout|rate)( cpu)?$/ {
+		n = split($8, f, " "); v = $0; sub(/.*"value":/, "", v); sub(/,.*/, "", v)
+		key = f[2]; who = f[1]; what = (n == 3) ? "cpu" : "rate"
+		val[key, who, what] = v; keys[key] = 1 }
+	END {
+		split("fanin pairs-q0 pairs-q1 fanout rate", order, " ")
+		for (i = 1; i <= 5; i++) { k = order[i]; if (!(k in keys)) continue
+			printf "%s %s %s %s %s\n", k,
+				((k, "weft-mqtt", "rate") in val) ? val[k, "weft-mqtt", "rate"] : "?",
+				((k, "mosquitto", "rate") in val) ? val[k, "mosquitto", "rate"] : "?",
+				((k, "weft-mqtt", "cpu") in val) ? val[k, "weft-mqtt", "cpu"] : "?",
+				((k, "mosquitto", "cpu") in val) ? val[k, "mosquitto", "cpu"] : "?" } }' "$in" |
+	(echo "scenario weft-mqtt mosquitto weft-mqtt mosquitto"; cat) > $res/mqtt.dat
+
 gnuplot <<GP
 set terminal pngcairo size 900,520 noenhanced
 set datafile missing "?"
@@ -71,4 +91,32 @@ set logscale y
 set xlabel "channel capacity"
 set ylabel "ms for 10^6 packets (log scale)"
 plot for [i=2:5] "$res/packets.dat" using i:xtic(1)
+
+unset logscale y
+set output "$res/dwarves.png"
+set title "Dwarves per second: 10,000 apples x 10 x usleep(100) (higher is better)\n$cpu"
+set style histogram clustered gap 1
+set key noautotitle
+set key off
+set xlabel ""
+set ylabel "dwarves (apples) per second"
+set yrange [0:*]
+set xtics rotate by -20
+plot "$res/dwarves.dat" using 2:xtic(1) lc rgb "#4e79a7"
+
+set output "$res/mqtt.png"
+set multiplot layout 1,2 title "weft-mqtt and mosquitto 2.0, same load generator, same run\n$cpu"
+set key on autotitle columnhead left top
+set xtics norotate font ",8"
+set title "delivered msgs/s (higher is better)"
+set yrange [1000:*]
+set logscale y
+set ylabel "msgs/s (log scale)"
+plot "$res/mqtt.dat" using 2:xtic(1) lc rgb "#4e79a7", "" using 3 lc rgb "#f28e2b"
+set title "broker CPU per delivered message (lower is better)"
+unset logscale y
+set yrange [0:*]
+set ylabel "us of CPU per message"
+plot "$res/mqtt.dat" using 4:xtic(1) lc rgb "#4e79a7", "" using 5 lc rgb "#f28e2b"
+unset multiplot
 GP
