@@ -15,6 +15,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -87,6 +88,7 @@ static void start(const char *conf)
 	broker_pid = fork();
 	CHECK(broker_pid >= 0);
 	if (broker_pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed CHECK must not leave a broker behind */
 		FILE *e = freopen(errlog, "w", stderr);
 		(void)e;
 		char p[16];
