@@ -53,20 +53,25 @@ awk -F'"' '/"bench":"dwarves"/ && $8 !~ /^cpu/ {
 		v = $0; sub(/.*"value":/, "", v); sub(/,.*/, "", v); printf "\"%s\" %s\n", $8, v }' "$in" \
 	> $res/dwarves.dat
 
-# mqtt: delivered msgs/s and broker CPU per message by scenario, weft-mqtt and mosquitto
-awk -F'"' '/"bench":"mqtt"/ && $8 ~ /^(weft-mqtt|mosquitto) (fanin|pairs-q0|pairs-q1|fanout|rate)( cpu)?$/ {
+# mqtt: delivered msgs/s and broker CPU per message by scenario: weft-mqtt (a worker per core,
+# and one worker) and mosquitto
+awk -F'"' '/"bench":"mqtt"/ && $8 ~ /^(weft-mqtt|weft-mqtt-1w|mosquitto) (fanin|pairs-q0|pairs-q1|fanout|rate)( cpu)?$/ {
 		n = split($8, f, " "); v = $0; sub(/.*"value":/, "", v); sub(/,.*/, "", v)
 		key = f[2]; who = f[1]; what = (n == 3) ? "cpu" : "rate"
 		val[key, who, what] = v; keys[key] = 1 }
 	END {
 		split("fanin pairs-q0 pairs-q1 fanout rate", order, " ")
 		for (i = 1; i <= 5; i++) { k = order[i]; if (!(k in keys)) continue
-			printf "%s %s %s %s %s\n", k,
-				((k, "weft-mqtt", "rate") in val) ? val[k, "weft-mqtt", "rate"] : "?",
-				((k, "mosquitto", "rate") in val) ? val[k, "mosquitto", "rate"] : "?",
-				((k, "weft-mqtt", "cpu") in val) ? val[k, "weft-mqtt", "cpu"] : "?",
-				((k, "mosquitto", "cpu") in val) ? val[k, "mosquitto", "cpu"] : "?" } }' "$in" |
-	(echo "scenario weft-mqtt mosquitto weft-mqtt mosquitto"; cat) > $res/mqtt.dat
+			printf "%s", k
+			for (w = 0; w < 2; w++) {
+				what = w ? "cpu" : "rate"
+				printf " %s %s %s",
+					((k, "weft-mqtt", what) in val) ? val[k, "weft-mqtt", what] : "?",
+					((k, "weft-mqtt-1w", what) in val) ? val[k, "weft-mqtt-1w", what] : "?",
+					((k, "mosquitto", what) in val) ? val[k, "mosquitto", what] : "?" }
+			printf "\n" } }' "$in" |
+	(echo "scenario weft-mqtt weft-mqtt,1-worker mosquitto weft-mqtt weft-mqtt,1-worker mosquitto"
+	 cat) > $res/mqtt.dat
 
 gnuplot <<GP
 set terminal pngcairo size 900,520 noenhanced
@@ -106,17 +111,19 @@ plot "$res/dwarves.dat" using 2:xtic(1) lc rgb "#4e79a7"
 
 set output "$res/mqtt.png"
 set multiplot layout 1,2 title "weft-mqtt and mosquitto 2.0, same load generator, same run\n$cpu"
-set key on autotitle columnhead left top
+set key on autotitle columnhead left top Left reverse font ",9"
 set xtics norotate font ",8"
 set title "delivered msgs/s (higher is better)"
 set yrange [1000:*]
 set logscale y
 set ylabel "msgs/s (log scale)"
-plot "$res/mqtt.dat" using 2:xtic(1) lc rgb "#4e79a7", "" using 3 lc rgb "#f28e2b"
+plot "$res/mqtt.dat" using 2:xtic(1) lc rgb "#4e79a7", "" using 3 lc rgb "#76b7b2", \
+     "" using 4 lc rgb "#f28e2b"
 set title "broker CPU per delivered message (lower is better)"
 unset logscale y
 set yrange [0:*]
 set ylabel "us of CPU per message"
-plot "$res/mqtt.dat" using 4:xtic(1) lc rgb "#4e79a7", "" using 5 lc rgb "#f28e2b"
+plot "$res/mqtt.dat" using 5:xtic(1) lc rgb "#4e79a7", "" using 6 lc rgb "#76b7b2", \
+     "" using 7 lc rgb "#f28e2b"
 unset multiplot
 GP

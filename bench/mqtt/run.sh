@@ -23,8 +23,8 @@
 # keeps Nagle's algorithm on, which batches its small writes (less CPU per message, a little
 # throughput lost where a QoS 0 subscriber never answers and delayed ACKs hold the writes);
 # MOSQUITTO_NODELAY=1 runs it with set_tcp_nodelay true instead.
-# RUNS, SCENARIOS (a subset of the traffic scenarios' names) and BROKERS ("weft-mqtt",
-# "mosquitto" or both) narrow a run down while working on the broker.
+# RUNS, SCENARIOS (a subset of the traffic scenarios' names) and BROKERS (of "weft-mqtt",
+# "weft-mqtt-1w", "mosquitto") narrow a run down while working on the broker.
 # weft-mqtt runs as `weft-mqtt -p PORT` (its defaults). Where build/bin/weft-mqtt (beside this
 # script's build directory) is missing, only mosquitto is measured, and stderr says so.
 set -u
@@ -57,7 +57,8 @@ free_port() {
 	echo 18883
 }
 
-# Start broker $1 (mosquitto or weft-mqtt) on a free port: PORT[$1], PID[$1].
+# Start broker $1 (mosquitto, weft-mqtt, or weft-mqtt-1w: WEFT_WORKERS=1) on a free port:
+# PORT[$1], PID[$1].
 start_broker() {
 	local port pid
 	port=$(free_port)
@@ -71,6 +72,8 @@ start_broker() {
 		EOF
 		[ "${MOSQUITTO_NODELAY:-0}" = 1 ] && echo "set_tcp_nodelay true" >> "$tmp/mosquitto.conf"
 		(ulimit -n "$(ulimit -Hn)"; exec mosquitto -c "$tmp/mosquitto.conf") 2>"$tmp/$1.log" &
+	elif [ "$1" = weft-mqtt-1w ]; then
+		(ulimit -n "$(ulimit -Hn)"; WEFT_WORKERS=1 exec "$weft" -p "$port") 2>"$tmp/$1.log" &
 	else
 		(ulimit -n "$(ulimit -Hn)"; exec "$weft" -p "$port") 2>"$tmp/$1.log" &
 	fi
@@ -231,7 +234,9 @@ fi
 PATH=$PATH:/usr/sbin
 brokers=mosquitto
 if [ -x "$weft" ]; then
-	brokers="weft-mqtt mosquitto"
+	# weft-mqtt with its default (a worker per core), and with one worker: like mosquitto's
+	# single thread, it leaves the other core to the load generator
+	brokers="weft-mqtt weft-mqtt-1w mosquitto"
 else
 	echo "bench/mqtt: $weft is not built: measuring mosquitto only" >&2
 fi
@@ -242,19 +247,24 @@ measure $brokers
 for who in $brokers; do
 	report "$who"
 done
-if [ -x "$weft" ]; then
+ratios() { # weft broker, its label
+	local sc mode w m
 	for sc in $SCENARIOS; do
-		w=$tmp/weft-mqtt.$sc m=$tmp/mosquitto.$sc
-		ratio "weft/mosquitto $sc" "x" "$w.recv_rate" "$m.recv_rate" "delivered msgs/s ratio; target >= 1"
-		ratio "weft/mosquitto $sc cpu" "x" "$w.cpu_us_per_msg" "$m.cpu_us_per_msg" \
+		w=$tmp/$1.$sc m=$tmp/mosquitto.$sc
+		ratio "$2/mosquitto $sc" "x" "$w.recv_rate" "$m.recv_rate" "delivered msgs/s ratio; target >= 1"
+		ratio "$2/mosquitto $sc cpu" "x" "$w.cpu_us_per_msg" "$m.cpu_us_per_msg" \
 			"CPU per delivered msg ratio; target <= 0.5"
-		ratio "weft/mosquitto $sc p99" "x" "$w.p99_us" "$m.p99_us" "p99 latency ratio; target <= 1 in rate"
+		ratio "$2/mosquitto $sc p99" "x" "$w.p99_us" "$m.p99_us" "p99 latency ratio; target <= 1 in rate"
 	done
 	for mode in seq par; do
-		ratio "weft/mosquitto storm $mode" "x" "$tmp/weft-mqtt.storm-$mode.rate" \
+		ratio "$2/mosquitto storm $mode" "x" "$tmp/$1.storm-$mode.rate" \
 			"$tmp/mosquitto.storm-$mode.rate" "connections/s ratio"
 	done
-	ratio "weft/mosquitto idle rss" "x" "$tmp/weft-mqtt.idle.bytes" "$tmp/mosquitto.idle.bytes" \
+	ratio "$2/mosquitto idle rss" "x" "$tmp/$1.idle.bytes" "$tmp/mosquitto.idle.bytes" \
 		"RSS per idle connection ratio (target: at most 8192 bytes each)"
+}
+if [ -x "$weft" ]; then
+	ratios weft-mqtt weft
+	ratios weft-mqtt-1w weft-1w
 fi
 exit 0
