@@ -10,6 +10,7 @@
  *   pool.c     per-worker free lists, so the publish path takes no allocator lock
  *   stats.c    per-worker counters and the $SYS/broker/ topics
  *   config.c   options and mosquitto-syntax configuration files
+ *   access.c   password_file and acl_file as the broker uses them (auth.c, acl.c do the work)
  */
 #ifndef WEFT_MQTT_BROKER_H
 #define WEFT_MQTT_BROKER_H
@@ -48,6 +49,7 @@ typedef struct broker_conf {
 	long qos0_queue_bytes;        /* per client: QoS 0 beyond this many unsent bytes is dropped */
 	char password_file[256], acl_file[256], persistence_location[256];
 	int persistence;
+	int allow_plain_passwords;    /* accept clear-text user:password lines in password_file */
 } broker_conf;
 
 extern broker_conf conf;
@@ -169,6 +171,9 @@ typedef struct session {
 	/* batching marks: which publisher's dirty list holds this session */
 	void *dirty_owner;
 	uint64_t dirty_batch;
+	/* what the client may read (acl.c), NULL: everything. Read without the lock by every
+	 * publisher that routes to s; replaced by access_bind, the old one freed through epoch.c */
+	_Atomic(struct acl_client *) acl;
 } session;
 
 /* Find or make the session for client_id and attach c to it (taking over from a connection
@@ -235,6 +240,25 @@ void topic_free_all(void);
  * deliveries. from is the publishing session (no-local), by its connection. */
 int topic_publish(msg *m, session *from, struct conn *by);
 
+/* ---- password_file and acl_file (access.c) ------------------------------------------------- */
+
+/* Load (start) or reload (SIGHUP) the configured password and ACL files. At start an error is
+ * printed and -1 returned; on reload it is printed and the old rules stay. */
+int access_load(bool start);
+/* Whether an acl_file is configured (checks are skipped entirely when not). */
+extern bool access_acl_on;
+/* Bind s to the current ACL rules for this username (NULL: anonymous) and its client id. */
+void access_bind(session *s, const char *user, size_t user_len);
+/* May s's client receive m? Lock-free: one load when no acl_file is configured. */
+bool access_read_slow(struct acl_client *a, const msg *m);
+static inline bool access_read(session *s, const msg *m)
+{
+	struct acl_client *a = atomic_load_explicit(&s->acl, memory_order_acquire);
+	return !a || access_read_slow(a, m);
+}
+/* Free s's binding (the session is being freed: nobody reads it any more). */
+void access_unbind(session *s);
+
 /* ---- connections (conn.c) ------------------------------------------------------------------ */
 
 typedef struct alias_ent {
@@ -274,6 +298,8 @@ typedef struct conn {
 	uint32_t wlen, woff;
 	bool writer_running;
 	atomic_int kick_rc;       /* set by conn_kick: the reason to give a 5.0 client */
+	char *user;               /* the CONNECT's username (NUL-terminated), or NULL */
+	uint16_t user_len;
 } conn;
 
 /* Serve a client on fd (accepted) in a task of its own. */

@@ -8,10 +8,20 @@
 # beside them do not change this build; a module joins the broker by adding its objects to
 # MQTT_OBJ and its libraries to MQTT_LIBS (from a fragment read after this one).
 MQTT_SRC := $(addprefix apps/mqtt/,codec.c encode.c config.c conn.c epoch.c msg.c pool.c \
-	session.c stats.c topic.c)
-MQTT_OBJ := $(MQTT_SRC:apps/mqtt/%.c=$(B)/obj/mqtt/%.o)
-MQTT_HDR := $(addprefix apps/mqtt/,broker.h codec.h) include/weft.h
+	session.c stats.c topic.c access.c acl.c)
+MQTT_HDR := $(addprefix apps/mqtt/,broker.h codec.h acl.h auth.h) include/weft.h
 MQTT_LIBS :=
+# password_file needs OpenSSL's libcrypto (PBKDF2-SHA512). Where it is missing (the aarch64
+# cross build, a host without libssl-dev) nocrypto.c stands in: the broker runs, and refuses
+# to start with a password_file.
+MQTT_CRYPTO := $(if $(filter aarch64,$(ARCH)),,$(wildcard /usr/include/openssl/evp.h))
+ifneq ($(MQTT_CRYPTO),)
+MQTT_SRC += apps/mqtt/auth.c
+MQTT_LIBS += -lcrypto
+else
+MQTT_SRC += apps/mqtt/nocrypto.c
+endif
+MQTT_OBJ := $(MQTT_SRC:apps/mqtt/%.c=$(B)/obj/mqtt/%.o)
 
 ALL   += $(B)/bin/weft-mqtt
 TESTS += $(B)/tests/mqtt_codec $(B)/tests/mqtt_topic $(B)/tests/mqtt_broker

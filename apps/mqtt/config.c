@@ -3,9 +3,9 @@
  *
  * A configuration file is lines of "option value..." with '#' comments, as mosquitto.conf.
  * weft-mqtt reads the options it implements and rejects any other with the file and line, so
- * a typo never silently changes nothing. password_file, acl_file and persistence true are
- * recognised but not implemented yet: the broker refuses to start with them rather than run
- * with less protection (or durability) than the file asks for.
+ * a typo never silently changes nothing. persistence true is recognised but not implemented
+ * yet: the broker refuses to start with it rather than run with less durability than the file
+ * asks for.
  */
 #include <errno.h>
 #include <limits.h>
@@ -155,6 +155,8 @@ static int option(broker_conf *c, const char *file, int line, char **w, int nw)
 		return boolean(file, line, o, v, &c->persistence);
 	if (!strcmp(o, "password_file"))
 		return path(file, line, o, v, c->password_file, sizeof c->password_file);
+	if (!strcmp(o, "allow_plain_passwords"))
+		return boolean(file, line, o, v, &c->allow_plain_passwords);
 	if (!strcmp(o, "acl_file"))
 		return path(file, line, o, v, c->acl_file, sizeof c->acl_file);
 	if (!strcmp(o, "persistence_location"))
@@ -192,10 +194,8 @@ int conf_load(broker_conf *c, const char *file)
 	fclose(f);
 	if (err)
 		return -1;
-	if (c->password_file[0] || c->acl_file[0] || c->persistence) {
-		fprintf(stderr, "%s: %s is not supported yet by weft-mqtt\n", file,
-			c->password_file[0] ? "password_file" : c->acl_file[0] ? "acl_file"
-									   : "persistence true");
+	if (c->persistence) {
+		fprintf(stderr, "%s: persistence true is not supported yet by weft-mqtt\n", file);
 		return -1;
 	}
 	return 0;
@@ -211,8 +211,9 @@ static void usage(FILE *o)
 		"  -c, --config-file FILE  read options from FILE (mosquitto syntax): listener,\n"
 		"                          bind_address, port, max_connections, max_inflight_messages,\n"
 		"                          max_queued_messages, message_size_limit, max_keepalive,\n"
-		"                          allow_anonymous, sys_interval (password_file, acl_file and\n"
-		"                          persistence are recognised but not supported yet)\n"
+		"                          allow_anonymous, sys_interval, password_file,\n"
+		"                          allow_plain_passwords, acl_file (persistence is\n"
+		"                          recognised but not supported yet)\n"
 		"  -p, --port PORT         listen on PORT (default 1883) on 127.0.0.1, unless the\n"
 		"                          configuration names listeners\n"
 		"  -v, --verbose           log connections on stderr\n"
@@ -220,7 +221,8 @@ static void usage(FILE *o)
 		"      --version           print the version\n"
 		"\n"
 		"Anonymous clients are allowed from loopback addresses only, unless allow_anonymous\n"
-		"says otherwise. SIGINT or SIGTERM stops the broker cleanly. See weft-mqtt(1).\n");
+		"says otherwise. SIGHUP reloads password_file and acl_file. SIGINT or SIGTERM\n"
+		"stops the broker cleanly. See weft-mqtt(1).\n");
 }
 
 int conf_args(broker_conf *c, int argc, char **argv)

@@ -24,6 +24,8 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
+#include "acl.h"
+#include "auth.h"
 #include "broker.h"
 
 #define RBUF 16384
@@ -138,15 +140,61 @@ static void subrec_del(session *s, const uint8_t *f, uint16_t len)
 
 /* ---- packet handlers ------------------------------------------------------------------------ */
 
+/* Who is connecting: the password file (when there is one) and allow_anonymous decide; a
+ * refusal is answered and counted against the address. Keeps the username for the ACL. */
+static int authenticate(conn *c, mq_packet *pk)
+{
+	int v = pk->connect.version;
+	bool anon_ok = conf.allow_anonymous == 1 || (conf.allow_anonymous < 0 && c->loopback);
+	const mq_bytes *u = &pk->connect.username, *pw = &pk->connect.password;
+	bool has_user = pk->connect.has_username;
+	if (conf.password_file[0]) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof ss;
+		bool peer = getpeername(c->fd, (struct sockaddr *)&ss, &sl) == 0;
+		auth_req r = {
+			.user = has_user ? (const char *)u->p : NULL,
+			.user_len = has_user ? u->len : 0,
+			.password = pk->connect.has_password ? pw->p : NULL,
+			.password_len = pk->connect.has_password ? pw->len : 0,
+			.from = peer ? (struct sockaddr *)&ss : NULL,
+			.anonymous_ok = anon_ok,
+			.now = weft_now(),
+		};
+		auth_result a = auth_check(&r);
+		if (a != AUTH_OK) {
+			if (conf.verbose)
+				fprintf(stderr, "weft-mqtt: CONNECT refused (%s)\n",
+					a == AUTH_RATE_LIMITED ? "too many failures from the address"
+					: a == AUTH_BAD_CREDENTIALS ? "bad username or password"
+								    : "anonymous");
+			refuse(c, v, auth_connack_code(a, 5),
+			       a == AUTH_BAD_CREDENTIALS ? MQ_V3_BAD_USER_OR_PASSWORD
+							 : MQ_V3_NOT_AUTHORIZED);
+			return -1;
+		}
+	} else if (!anon_ok) {
+		/* without a password file a username proves nothing: every client is anonymous */
+		refuse(c, v, MQ_RC_NOT_AUTHORIZED, MQ_V3_NOT_AUTHORIZED);
+		return -1;
+	}
+	if (has_user && access_acl_on) {
+		c->user = malloc(u->len + 1u);
+		if (!c->user)
+			abort();
+		memcpy(c->user, u->p, u->len);
+		c->user[u->len] = 0;
+		c->user_len = (uint16_t)u->len;
+	}
+	return 0;
+}
+
 static int on_connect(conn *c, mq_packet *pk)
 {
 	int v = pk->connect.version;
 	c->version = (uint8_t)v;
-	bool allowed = conf.allow_anonymous == 1 || (conf.allow_anonymous < 0 && c->loopback);
-	if (!allowed) {
-		refuse(c, v, MQ_RC_NOT_AUTHORIZED, MQ_V3_NOT_AUTHORIZED);
+	if (authenticate(c, pk) < 0)
 		return -1;
-	}
 	if (v == 5 && MQ_HAS(&pk->props, MQ_P_AUTH_METHOD)) {
 		refuse(c, v, MQ_RC_BAD_AUTH_METHOD, MQ_V3_NOT_AUTHORIZED);
 		return -1;
@@ -187,6 +235,15 @@ static int on_connect(conn *c, mq_packet *pk)
 		return -1;
 	}
 	c->s = s;
+	if (access_acl_on) {
+		access_bind(s, c->user, c->user_len);
+		/* a will to a topic the client may not write is dropped, as its PUBLISH would be */
+		if (will && !acl_check(atomic_load(&s->acl), will->topic, will->topic_len,
+				       ACL_WRITE)) {
+			msg_unref(will);
+			will = NULL;
+		}
+	}
 	uint16_t window = (uint16_t)conf.max_inflight_messages;
 	if (v == 5 && pk->props.receive_max && pk->props.receive_max < window)
 		window = pk->props.receive_max;
@@ -229,6 +286,12 @@ static int on_connect(conn *c, mq_packet *pk)
 	stats_add(ST_CONNECTS, 1);
 	session_resume(s, c);
 	return 0;
+}
+
+static bool may_write(session *s, const uint8_t *topic, uint16_t tlen)
+{
+	acl_client *a = atomic_load_explicit(&s->acl, memory_order_acquire);
+	return !a || acl_check(a, (const char *)topic, tlen, ACL_WRITE);
 }
 
 static int on_publish(conn *c, mq_packet *pk)
@@ -279,9 +342,11 @@ static int on_publish(conn *c, mq_packet *pk)
 			send_ack(c, ack, pk->packet_id, MQ_RC_QUOTA_EXCEEDED);
 		return 0;
 	}
-	if (tlen >= 4 && !memcmp(topic, "$SYS", 4)) { /* the broker's own */
+	if ((tlen >= 4 && !memcmp(topic, "$SYS", 4)) || /* the broker's own */
+	    !may_write(s, topic, tlen)) {
+		stats_add(ST_PUB_DROPPED, 1);
 		if (qos)
-			send_ack(c, ack, pk->packet_id, MQ_RC_NOT_AUTHORIZED);
+			send_ack(c, ack, pk->packet_id, c->version == 5 ? MQ_RC_NOT_AUTHORIZED : 0);
 		return 0;
 	}
 	if (qos == 2) {
@@ -332,6 +397,11 @@ static int on_subscribe(conn *c, mq_packet *pk)
 			if (codes != small)
 				free(codes);
 			return -MQ_RC_PROTOCOL_ERROR;
+		}
+		acl_client *a = atomic_load_explicit(&s->acl, memory_order_acquire);
+		if (a && !acl_check_subscribe(a, (const char *)f.p, f.len)) {
+			codes[i] = c->version == 5 ? MQ_RC_NOT_AUTHORIZED : 0x80;
+			continue;
 		}
 		int existed = topic_subscribe(s, (const char *)f.p, (uint16_t)f.len,
 					      (uint8_t)(o & 0x3F), subid);
@@ -475,6 +545,11 @@ static int process(conn *c, rd *b, bool *will)
 	uint32_t off = 0;
 	int r = 0;
 	ebr_enter(&c->rd);
+	if (c->s) { /* rules reloaded since this client was bound: bind again */
+		acl_client *a = atomic_load_explicit(&c->s->acl, memory_order_acquire);
+		if (a && acl_stale(a))
+			access_bind(c->s, c->user, c->user_len);
+	}
 	while (!r && off < b->len) {
 		int hdr;
 		long total = mq_frame(b->buf + off, b->len - off, &hdr);
@@ -648,6 +723,7 @@ static void conn_end(conn *c, int rc, bool will)
 	free(c->front.v);
 	free(c->front2.v);
 	free(c->dirty.v);
+	free(c->user);
 	free(c);
 }
 

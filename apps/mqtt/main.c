@@ -5,7 +5,8 @@
  * before weft_run starts the workers, which inherit it) and read from a signalfd by a task,
  * through weft_read like any other descriptor. On a signal the broker stops accepting, sends
  * every 5.0 client a DISCONNECT "server shutting down", waits for the connections to end,
- * then frees everything (so a leak checker sees a clean exit).
+ * then frees everything (so a leak checker sees a clean exit). SIGHUP, read the same way,
+ * reloads the password and ACL files (access.c) and the broker goes on.
  */
 #include <errno.h>
 #include <signal.h>
@@ -61,6 +62,8 @@ static int broker(void *arg)
 {
 	(void)arg;
 	broker_start = weft_now();
+	if (access_load(true) < 0)
+		return 1;
 	pool_init();
 	stats_init();
 	topic_init();
@@ -88,7 +91,13 @@ static int broker(void *arg)
 		st = weft_spawn_opt(stats_task, NULL, &o);
 	}
 	struct signalfd_siginfo si;
-	ssize_t n = weft_read(sigfd, &si, sizeof si, WEFT_FOREVER);
+	ssize_t n;
+	while ((n = weft_read(sigfd, &si, sizeof si, WEFT_FOREVER)) == sizeof si &&
+	       si.ssi_signo == SIGHUP) {
+		if (conf.verbose)
+			fprintf(stderr, "weft-mqtt: SIGHUP, reloading the password and ACL files\n");
+		access_load(false);
+	}
 	if (conf.verbose && n == sizeof si)
 		fprintf(stderr, "weft-mqtt: signal %u, shutting down\n", si.ssi_signo);
 	atomic_store(&broker_stopping, 1);
@@ -127,6 +136,7 @@ int main(int argc, char **argv)
 	sigemptyset(&set);
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGHUP);
 	sigprocmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);

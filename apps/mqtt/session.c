@@ -77,6 +77,7 @@ static void unlink_locked(session *s)
 static void session_free(void *p)
 {
 	session *s = p;
+	access_unbind(s);
 	free(s->client_id);
 	free(s->rel_ids);
 	free(s);

@@ -545,8 +545,10 @@ int topic_publish(msg *m, session *from, conn *by)
 		}
 		if (qos > m->qos)
 			qos = m->qos;
-		session_deliver(h[i].s, m, qos, rap ? m->retain : 0, ids, nids, by);
-		sent++;
+		if (access_read(h[i].s, m)) {
+			session_deliver(h[i].s, m, qos, rap ? m->retain : 0, ids, nids, by);
+			sent++;
+		}
 		i = j;
 	}
 	if (!by) {
@@ -667,7 +669,7 @@ void topic_send_retained(session *s, const char *f, uint16_t len, int max_qos, u
 	int64_t now = weft_now();
 	for (uint32_t i = 0; i < out.n; i++) {
 		msg *m = ((msg **)out.v)[i];
-		if (!msg_expired(m, now))
+		if (!msg_expired(m, now) && access_read(s, m))
 			session_deliver(s, m, m->qos < max_qos ? m->qos : max_qos, 1, &subid,
 					subid ? 1 : 0, by);
 		msg_unref(m);

@@ -8,6 +8,7 @@ import './cli.mjs';
 import './core.mjs';
 import './v5.mjs';
 import './raw.mjs';
+import './security.mjs';
 
 const arg = process.argv[2];
 if (!arg || arg === '--list') {
