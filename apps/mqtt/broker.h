@@ -30,9 +30,12 @@
 
 #define MAX_LISTENERS 8
 
+enum { PROTO_MQTT, PROTO_WEBSOCKETS };
+
 typedef struct listener_conf {
 	int port;
 	char host[64];            /* "" : every address */
+	int protocol;             /* PROTO_MQTT, or PROTO_WEBSOCKETS (MQTT in WebSocket frames) */
 } listener_conf;
 
 typedef struct broker_conf {
@@ -300,10 +303,14 @@ typedef struct conn {
 	atomic_int kick_rc;       /* set by conn_kick: the reason to give a 5.0 client */
 	char *user;               /* the CONNECT's username (NUL-terminated), or NULL */
 	uint16_t user_len;
+	struct ws *ws;            /* a WebSockets listener's client: the framing (ws.c), or NULL */
 } conn;
 
-/* Serve a client on fd (accepted) in a task of its own. */
-void conn_serve(int fd);
+/* Serve a client on fd (accepted from a listener speaking `protocol`) in a task of its own. */
+void conn_serve(int fd, int protocol);
+/* What goes to the socket from out[] (taken whole, from the pool): as it is, or for a WebSocket
+ * client in one binary frame (a new pool buffer; buf is freed). *len is updated. */
+uint8_t *conn_frame(conn *c, uint8_t *buf, uint32_t *len);
 /* Note s as needing a flush at the end of c's current batch. */
 void conn_mark_dirty(conn *c, session *s);
 void conns_shutdown(void);

@@ -9,17 +9,20 @@
 # MQTT_OBJ and its libraries to MQTT_LIBS (from a fragment read after this one).
 MQTT_SRC := $(addprefix apps/mqtt/,codec.c encode.c config.c conn.c epoch.c msg.c pool.c \
 	session.c stats.c topic.c access.c acl.c)
-MQTT_HDR := $(addprefix apps/mqtt/,broker.h codec.h acl.h auth.h) include/weft.h
+MQTT_HDR := $(addprefix apps/mqtt/,broker.h codec.h acl.h auth.h ws.h) include/weft.h
 MQTT_LIBS :=
-# password_file needs OpenSSL's libcrypto (PBKDF2-SHA512). Where it is missing (the aarch64
-# cross build, a host without libssl-dev) nocrypto.c stands in: the broker runs, and refuses
-# to start with a password_file.
+MQTT_CFLAGS :=
+# password_file (PBKDF2-SHA512) and WebSockets (SHA-1 of the upgrade key) need OpenSSL's
+# libcrypto. Where it is missing (the aarch64 cross build, a host without libssl-dev)
+# nocrypto.c stands in: the broker runs, and refuses to start with a password_file or a
+# websockets listener.
 MQTT_CRYPTO := $(if $(filter aarch64,$(ARCH)),,$(wildcard /usr/include/openssl/evp.h))
 ifneq ($(MQTT_CRYPTO),)
-MQTT_SRC += apps/mqtt/auth.c
+MQTT_SRC += apps/mqtt/auth.c apps/mqtt/ws.c
 MQTT_LIBS += -lcrypto
 else
 MQTT_SRC += apps/mqtt/nocrypto.c
+MQTT_CFLAGS += -DMQTT_NO_CRYPTO
 endif
 MQTT_OBJ := $(MQTT_SRC:apps/mqtt/%.c=$(B)/obj/mqtt/%.o)
 
@@ -29,9 +32,9 @@ TESTS += $(B)/tests/mqtt_codec $(B)/tests/mqtt_topic $(B)/tests/mqtt_broker
 $(B)/obj/mqtt:
 	mkdir -p $@
 $(B)/obj/mqtt/%.o: apps/mqtt/%.c $(MQTT_HDR) | $(B)/obj/mqtt
-	$(CC) $(CFLAGS) -iquote apps/mqtt -c $< -o $@
+	$(CC) $(CFLAGS) $(MQTT_CFLAGS) -iquote apps/mqtt -c $< -o $@
 $(B)/bin/weft-mqtt: apps/mqtt/main.c $(MQTT_OBJ) $(B)/libweft.a | $(B)/bin
-	$(CC) $(CFLAGS) -iquote apps/mqtt $(LDFLAGS) -o $@ $< $(MQTT_OBJ) $(B)/libweft.a $(MQTT_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) $(MQTT_CFLAGS) -iquote apps/mqtt $(LDFLAGS) -o $@ $< $(MQTT_OBJ) $(B)/libweft.a $(MQTT_LIBS) $(LDLIBS)
 # The tests of the program (tests/broker.c) start the broker beside them: it is a prerequisite.
 $(B)/tests/mqtt_%: apps/mqtt/tests/%.c $(MQTT_OBJ) tests/test.c tests/test.h $(B)/libweft.a $(B)/bin/weft-mqtt | $(B)/tests
 	$(CC) $(CFLAGS) -Itests -iquote apps/mqtt $(LDFLAGS) -o $@ $< tests/test.c $(MQTT_OBJ) $(B)/libweft.a $(MQTT_LIBS) $(LDLIBS)

@@ -91,9 +91,25 @@ static int option(broker_conf *c, const char *file, int line, char **w, int nw)
 			return -1;
 		listener_conf *l = &c->listeners[c->nlisteners++];
 		l->port = (int)n;
+		l->protocol = PROTO_MQTT;
 		strcpy(l->host, "");
 		if (nw > 2 && host(file, line, w[2], l->host) < 0)
 			return -1;
+		return 0;
+	}
+	if (!strcmp(o, "protocol")) { /* of the listener above it */
+		if (!c->nlisteners) {
+			fprintf(stderr, "%s:%d: protocol needs a listener line before it\n", file, line);
+			return -1;
+		}
+		if (v && !strcmp(v, "mqtt"))
+			c->listeners[c->nlisteners - 1].protocol = PROTO_MQTT;
+		else if (v && !strcmp(v, "websockets"))
+			c->listeners[c->nlisteners - 1].protocol = PROTO_WEBSOCKETS;
+		else {
+			fprintf(stderr, "%s:%d: protocol needs mqtt or websockets\n", file, line);
+			return -1;
+		}
 		return 0;
 	}
 	if (!strcmp(o, "port")) {
@@ -212,8 +228,8 @@ static void usage(FILE *o)
 		"                          bind_address, port, max_connections, max_inflight_messages,\n"
 		"                          max_queued_messages, message_size_limit, max_keepalive,\n"
 		"                          allow_anonymous, sys_interval, password_file,\n"
-		"                          allow_plain_passwords, acl_file (persistence is\n"
-		"                          recognised but not supported yet)\n"
+		"                          allow_plain_passwords, acl_file, protocol websockets\n"
+		"                          (persistence is recognised but not supported yet)\n"
 		"  -p, --port PORT         listen on PORT (default 1883) on 127.0.0.1, unless the\n"
 		"                          configuration names listeners\n"
 		"  -v, --verbose           log connections on stderr\n"

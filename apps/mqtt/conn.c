@@ -27,6 +27,7 @@
 #include "acl.h"
 #include "auth.h"
 #include "broker.h"
+#include "ws.h"
 
 #define RBUF 16384
 #define CONNECT_TIMEOUT_S 10
@@ -84,12 +85,62 @@ void conns_shutdown(void)
 
 /* ---- sending -------------------------------------------------------------------------------- */
 
+uint8_t *conn_frame(conn *c, uint8_t *buf, uint32_t *len)
+{
+	if (!c->ws)
+		return buf;
+	uint8_t h[10];
+	size_t hl = ws_frame_header(h, *len);
+	uint8_t *f = pool_alloc(*len + hl);
+	memcpy(f, h, hl);
+	memcpy(f + hl, buf, *len);
+	pool_free(buf);
+	*len += (uint32_t)hl;
+	return f;
+}
+
+/* A write outside the session's output (before CONNECT is accepted): framed for WebSockets. */
+static void write_now(conn *c, const void *p, size_t n)
+{
+	if (c->ws) {
+		uint8_t h[10];
+		size_t hl = ws_frame_header(h, n);
+		if (weft_write(c->fd, h, hl, weft_now() + 1000000000) != (ssize_t)hl)
+			return;
+	}
+	weft_write(c->fd, p, n, weft_now() + 1000000000);
+}
+
 static void send_pkt(conn *c, const void *p, size_t n)
 {
 	if (c->s)
 		session_send(c->s, p, n, c);
 	else
-		weft_write(c->fd, p, n, weft_now() + 1000000000);
+		write_now(c, p, n);
+}
+
+/* What the WebSocket layer must send itself (the upgrade's answer, a pong, a close frame).
+ * Once a session writes to the socket it must not be interleaved with a frame being written:
+ * it goes out only while no writer runs (waiting a little), and a pong that cannot is dropped
+ * (the client pings again). */
+static void ws_send_reply(conn *c)
+{
+	uint8_t r[WS_REPLY_MAX];
+	size_t n = ws_reply(c->ws, r);
+	if (!n)
+		return;
+	session *s = c->s;
+	if (!s) {
+		weft_write(c->fd, r, n, weft_now() + 1000000000);
+		return;
+	}
+	WEFT_WITH_LOCK(&s->lock) {
+		int64_t dl = weft_now() + 100000000;
+		while (s->writing && weft_cond_wait_until(&s->idle, &s->lock, dl) != -ETIMEDOUT)
+			;
+		if (!s->writing && s->conn == c)
+			weft_write(c->fd, r, n, 0);
+	}
 }
 
 static void send_ack(conn *c, int type, uint16_t pid, int rc)
@@ -103,7 +154,7 @@ static void refuse(conn *c, int version, int rc5, int rc3)
 {
 	uint8_t b[8];
 	size_t n = mq_enc_connack(b, version == 5 ? 5 : 4, 0, version == 5 ? rc5 : rc3, NULL);
-	weft_write(c->fd, b, n, weft_now() + 1000000000);
+	write_now(c, b, n);
 }
 
 /* ---- subscriptions kept by the session ------------------------------------------------------ */
@@ -637,9 +688,18 @@ static void serve(void *arg)
 		if (n <= 0)
 			break;
 		stats_add(ST_BYTES_RECV, (uint64_t)n);
-		b.len += (uint32_t)n;
 		last = weft_now();
+		int wr = WS_OK;
+		if (c->ws) { /* unframe in place: the MQTT bytes are never more than those read */
+			size_t m = 0;
+			wr = ws_feed(c->ws, b.buf + b.len, (size_t)n, b.buf + b.len, &m);
+			ws_send_reply(c);
+			n = (ssize_t)m;
+		}
+		b.len += (uint32_t)n;
 		int r = process(c, &b, &will);
+		if (wr != WS_OK && !r) /* the client closed, or broke the framing */
+			r = wr == WS_PEER_CLOSED ? 1 : -MQ_RC_PROTOCOL_ERROR;
 		if (r == 1) {
 			break;
 		}
@@ -653,6 +713,20 @@ static void serve(void *arg)
 	}
 	pool_free(b.buf);
 	conn_end(c, rc, will);
+}
+
+/* A WebSocket client's last frame: the close the client asked for (or one for an error),
+ * else a normal close. Only once the upgrade is done. */
+static void ws_close(conn *c)
+{
+	if (!c->ws)
+		return;
+	uint8_t r[WS_REPLY_MAX];
+	size_t n = ws_reply(c->ws, r);
+	if (!n && c->ws->state == WS_OPEN)
+		n = ws_close_frame(r, 1000);
+	if (n)
+		weft_write(c->fd, r, n, weft_now() + 200000000);
 }
 
 /* Tear down: last words to a 5.0 client, detach from the session, close. */
@@ -694,12 +768,16 @@ static void conn_end(conn *c, int rc, bool will)
 			s->out = NULL;
 			s->out_len = s->out_cap = 0;
 		}
-		if (len)
+		if (len) {
+			buf = conn_frame(c, buf, &len);
 			weft_write(c->fd, buf, len, weft_now() + 200000000);
+		}
 		pool_free(buf);
+		ws_close(c);
 		shutdown(c->fd, SHUT_RDWR);
 		session_detach(c, will);
 	} else {
+		ws_close(c);
 		shutdown(c->fd, SHUT_RDWR);
 	}
 	WEFT_WITH_LOCK(&list_lock) {
@@ -724,6 +802,10 @@ static void conn_end(conn *c, int rc, bool will)
 	free(c->front2.v);
 	free(c->dirty.v);
 	free(c->user);
+	if (c->ws) {
+		ws_free(c->ws);
+		free(c->ws);
+	}
 	free(c);
 }
 
@@ -744,12 +826,21 @@ static bool is_loopback(int fd)
 	return ss.ss_family == AF_UNIX;
 }
 
-void conn_serve(int fd)
+void conn_serve(int fd, int protocol)
 {
 	conn *c = calloc(1, sizeof *c);
 	if (!c) {
 		weft_close(fd);
 		return;
+	}
+	if (protocol == PROTO_WEBSOCKETS) {
+		c->ws = malloc(sizeof *c->ws);
+		if (!c->ws)
+			abort();
+		ws_limits lim = { 0 };
+		if (conf.message_size_limit) /* no frame larger than the largest packet */
+			lim.max_frame = (uint64_t)conf.message_size_limit + 65536 + 1024;
+		ws_init(c->ws, conf.message_size_limit ? &lim : NULL);
 	}
 	c->fd = fd;
 	c->loopback = is_loopback(fd);

@@ -24,11 +24,12 @@ void pool_fini(void);
 void stats_fini(void);
 
 static int lfds[MAX_LISTENERS];
+static int lproto[MAX_LISTENERS];
 static int sigfd = -1;
 
 static void acceptor(void *arg)
 {
-	int lfd = (int)(intptr_t)arg;
+	int i = (int)(intptr_t)arg, lfd = lfds[i];
 	while (!atomic_load(&broker_stopping)) {
 		int fd = weft_accept(lfd, NULL, NULL, 0, WEFT_FOREVER);
 		if (fd < 0) {
@@ -43,7 +44,7 @@ static void acceptor(void *arg)
 		}
 		int one = 1;
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-		conn_serve(fd);
+		conn_serve(fd, lproto[i]);
 	}
 }
 
@@ -69,6 +70,14 @@ static int broker(void *arg)
 	topic_init();
 	for (int i = 0; i < conf.nlisteners; i++) {
 		listener_conf *l = &conf.listeners[i];
+		lproto[i] = l->protocol;
+#ifdef MQTT_NO_CRYPTO
+		if (l->protocol == PROTO_WEBSOCKETS) {
+			fprintf(stderr, "weft-mqtt: protocol websockets needs a weft-mqtt built with "
+					"OpenSSL\n");
+			return 1;
+		}
+#endif
 		lfds[i] = weft_tcp_listen(l->host[0] ? l->host : NULL, l->port, 4096);
 		if (lfds[i] < 0) {
 			fprintf(stderr, "weft-mqtt: cannot listen on %s:%d: %s\n",
@@ -76,13 +85,14 @@ static int broker(void *arg)
 			return 1;
 		}
 		if (conf.verbose)
-			fprintf(stderr, "weft-mqtt: listening on %s:%d\n", l->host[0] ? l->host : "*",
-				l->port);
+			fprintf(stderr, "weft-mqtt: listening on %s:%d%s\n",
+				l->host[0] ? l->host : "*", l->port,
+				l->protocol == PROTO_WEBSOCKETS ? " (websockets)" : "");
 	}
 	weft_spawn_opts o = { .name = "mqtt-accept" };
 	weft_task *acc[MAX_LISTENERS];
 	for (int i = 0; i < conf.nlisteners; i++)
-		acc[i] = weft_spawn_opt(acceptor, (void *)(intptr_t)lfds[i], &o);
+		acc[i] = weft_spawn_opt(acceptor, (void *)(intptr_t)i, &o);
 	o.name = "mqtt-reaper";
 	weft_task *rp = weft_spawn_opt(reaper, NULL, &o);
 	weft_task *st = NULL;

@@ -585,6 +585,7 @@ void session_flush(session *s)
 		s->out = NULL;
 		s->out_len = s->out_cap = 0;
 		weft_mutex_unlock(&s->lock);
+		buf = conn_frame(c, buf, &len);
 		ssize_t n = weft_write(c->fd, buf, len, 0);
 		weft_mutex_lock(&s->lock);
 		if (n == (ssize_t)len) {
@@ -631,12 +632,14 @@ static void writer(void *arg)
 		if (n != (ssize_t)(c->wlen - c->woff))
 			shutdown(c->fd, SHUT_RDWR);
 		else if (s->out_len && !c->closing) {
-			c->wbuf = s->out;
-			c->wlen = s->out_len;
-			c->woff = 0;
+			uint8_t *buf = s->out;
+			uint32_t len = s->out_len;
 			s->out = NULL;
 			s->out_len = s->out_cap = 0;
 			weft_mutex_unlock(&s->lock);
+			c->wbuf = conn_frame(c, buf, &len);
+			c->wlen = len;
+			c->woff = 0;
 			continue;
 		}
 		s->writing = false;

@@ -42,7 +42,7 @@ export async function until(cond, ms, what) {
 	}
 }
 
-async function freePort() {
+export async function freePort() {
 	return new Promise((resolve, reject) => {
 		const s = net.createServer();
 		s.unref();

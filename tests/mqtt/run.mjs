@@ -9,6 +9,7 @@ import './core.mjs';
 import './v5.mjs';
 import './raw.mjs';
 import './security.mjs';
+import './ws.mjs';
 
 const arg = process.argv[2];
 if (!arg || arg === '--list') {
