@@ -36,6 +36,9 @@ typedef struct listener_conf {
 	int port;
 	char host[64];            /* "" : every address */
 	int protocol;             /* PROTO_MQTT, or PROTO_WEBSOCKETS (MQTT in WebSocket frames) */
+	/* TLS (tls.c): on when certfile is set */
+	char certfile[256], keyfile[256], cafile[256], ciphers[256];
+	int require_certificate, use_identity_as_username;
 } listener_conf;
 
 typedef struct broker_conf {
@@ -304,10 +307,16 @@ typedef struct conn {
 	char *user;               /* the CONNECT's username (NUL-terminated), or NULL */
 	uint16_t user_len;
 	struct ws *ws;            /* a WebSockets listener's client: the framing (ws.c), or NULL */
+	struct tls_conn *tls;     /* a TLS listener's client (tls.c), or NULL */
+	const char *tls_user;     /* the certificate's CN under use_identity_as_username */
 } conn;
 
-/* Serve a client on fd (accepted from a listener speaking `protocol`) in a task of its own. */
-void conn_serve(int fd, int protocol);
+/* Serve a client on fd (accepted from a listener speaking `protocol`, over TLS when tls is
+ * not NULL) in a task of its own. */
+struct tls_ctx;
+void conn_serve(int fd, int protocol, struct tls_ctx *tls);
+/* Write to c's socket (through TLS on a TLS listener) as weft_write does. */
+ssize_t conn_write(conn *c, const void *buf, size_t n, int64_t deadline);
 /* What goes to the socket from out[] (taken whole, from the pool): as it is, or for a WebSocket
  * client in one binary frame (a new pool buffer; buf is freed). *len is updated. */
 uint8_t *conn_frame(conn *c, uint8_t *buf, uint32_t *len);

@@ -9,17 +9,17 @@
 # MQTT_OBJ and its libraries to MQTT_LIBS (from a fragment read after this one).
 MQTT_SRC := $(addprefix apps/mqtt/,codec.c encode.c config.c conn.c epoch.c msg.c pool.c \
 	session.c stats.c topic.c access.c acl.c)
-MQTT_HDR := $(addprefix apps/mqtt/,broker.h codec.h acl.h auth.h ws.h) include/weft.h
+MQTT_HDR := $(addprefix apps/mqtt/,broker.h codec.h acl.h auth.h ws.h tls.h) include/weft.h
 MQTT_LIBS :=
 MQTT_CFLAGS :=
-# password_file (PBKDF2-SHA512) and WebSockets (SHA-1 of the upgrade key) need OpenSSL's
-# libcrypto. Where it is missing (the aarch64 cross build, a host without libssl-dev)
-# nocrypto.c stands in: the broker runs, and refuses to start with a password_file or a
-# websockets listener.
+# password_file (PBKDF2-SHA512), WebSockets (SHA-1 of the upgrade key) and TLS listeners need
+# OpenSSL (Debian libssl-dev). Where it is missing (the aarch64 cross build, a host without
+# libssl-dev) nocrypto.c stands in: the broker runs, and refuses to start with a
+# password_file, a websockets listener or a certfile.
 MQTT_CRYPTO := $(if $(filter aarch64,$(ARCH)),,$(wildcard /usr/include/openssl/evp.h))
 ifneq ($(MQTT_CRYPTO),)
-MQTT_SRC += apps/mqtt/auth.c apps/mqtt/ws.c
-MQTT_LIBS += -lcrypto
+MQTT_SRC += apps/mqtt/auth.c apps/mqtt/ws.c apps/mqtt/tls.c
+MQTT_LIBS += -lssl -lcrypto
 else
 MQTT_SRC += apps/mqtt/nocrypto.c
 MQTT_CFLAGS += -DMQTT_NO_CRYPTO

@@ -77,6 +77,24 @@ static int host(const char *file, int line, const char *v, char *out)
 	return 0;
 }
 
+/* A TLS option of the listener above it (as mosquitto, per listener). */
+static int tls_option(broker_conf *c, const char *file, int line, const char *o, const char *v)
+{
+	if (!c->nlisteners) {
+		fprintf(stderr, "%s:%d: %s needs a listener line before it\n", file, line, o);
+		return -1;
+	}
+	listener_conf *l = &c->listeners[c->nlisteners - 1];
+	if (!strcmp(o, "require_certificate"))
+		return boolean(file, line, o, v, &l->require_certificate);
+	if (!strcmp(o, "use_identity_as_username"))
+		return boolean(file, line, o, v, &l->use_identity_as_username);
+	char *out = !strcmp(o, "certfile") ? l->certfile : !strcmp(o, "keyfile") ? l->keyfile
+		  : !strcmp(o, "cafile")   ? l->cafile
+					   : l->ciphers;
+	return path(file, line, o, v, out, sizeof l->certfile);
+}
+
 /* One "option args" line; words[] NUL-terminated. */
 static int option(broker_conf *c, const char *file, int line, char **w, int nw)
 {
@@ -112,6 +130,10 @@ static int option(broker_conf *c, const char *file, int line, char **w, int nw)
 		}
 		return 0;
 	}
+	if (!strcmp(o, "certfile") || !strcmp(o, "keyfile") || !strcmp(o, "cafile") ||
+	    !strcmp(o, "ciphers") || !strcmp(o, "require_certificate") ||
+	    !strcmp(o, "use_identity_as_username"))
+		return tls_option(c, file, line, o, v);
 	if (!strcmp(o, "port")) {
 		if (number(file, line, o, v, 0, 65535, &n) < 0)
 			return -1;
@@ -210,6 +232,19 @@ int conf_load(broker_conf *c, const char *file)
 	fclose(f);
 	if (err)
 		return -1;
+	for (int i = 0; i < c->nlisteners; i++) {
+		listener_conf *l = &c->listeners[i];
+		if (!l->certfile[0] && (l->keyfile[0] || l->cafile[0] || l->require_certificate ||
+					l->use_identity_as_username || l->ciphers[0])) {
+			fprintf(stderr, "%s: listener %d has TLS options but no certfile\n", file,
+				l->port);
+			return -1;
+		}
+		if (l->certfile[0] && !l->keyfile[0]) {
+			fprintf(stderr, "%s: listener %d has a certfile but no keyfile\n", file, l->port);
+			return -1;
+		}
+	}
 	if (c->persistence) {
 		fprintf(stderr, "%s: persistence true is not supported yet by weft-mqtt\n", file);
 		return -1;
@@ -228,7 +263,9 @@ static void usage(FILE *o)
 		"                          bind_address, port, max_connections, max_inflight_messages,\n"
 		"                          max_queued_messages, message_size_limit, max_keepalive,\n"
 		"                          allow_anonymous, sys_interval, password_file,\n"
-		"                          allow_plain_passwords, acl_file, protocol websockets\n"
+		"                          allow_plain_passwords, acl_file, protocol websockets,\n"
+		"                          certfile, keyfile, cafile, ciphers, require_certificate,\n"
+		"                          use_identity_as_username\n"
 		"                          (persistence is recognised but not supported yet)\n"
 		"  -p, --port PORT         listen on PORT (default 1883) on 127.0.0.1, unless the\n"
 		"                          configuration names listeners\n"

@@ -27,6 +27,7 @@
 #include "acl.h"
 #include "auth.h"
 #include "broker.h"
+#include "tls.h"
 #include "ws.h"
 
 #define RBUF 16384
@@ -85,6 +86,13 @@ void conns_shutdown(void)
 
 /* ---- sending -------------------------------------------------------------------------------- */
 
+ssize_t conn_write(conn *c, const void *buf, size_t n, int64_t deadline)
+{
+	if (c->tls)
+		return tls_write(c->tls, buf, n, deadline);
+	return weft_write(c->fd, buf, n, deadline);
+}
+
 uint8_t *conn_frame(conn *c, uint8_t *buf, uint32_t *len)
 {
 	if (!c->ws)
@@ -105,10 +113,10 @@ static void write_now(conn *c, const void *p, size_t n)
 	if (c->ws) {
 		uint8_t h[10];
 		size_t hl = ws_frame_header(h, n);
-		if (weft_write(c->fd, h, hl, weft_now() + 1000000000) != (ssize_t)hl)
+		if (conn_write(c, h, hl, weft_now() + 1000000000) != (ssize_t)hl)
 			return;
 	}
-	weft_write(c->fd, p, n, weft_now() + 1000000000);
+	conn_write(c, p, n, weft_now() + 1000000000);
 }
 
 static void send_pkt(conn *c, const void *p, size_t n)
@@ -131,7 +139,7 @@ static void ws_send_reply(conn *c)
 		return;
 	session *s = c->s;
 	if (!s) {
-		weft_write(c->fd, r, n, weft_now() + 1000000000);
+		conn_write(c, r, n, weft_now() + 1000000000);
 		return;
 	}
 	WEFT_WITH_LOCK(&s->lock) {
@@ -139,7 +147,7 @@ static void ws_send_reply(conn *c)
 		while (s->writing && weft_cond_wait_until(&s->idle, &s->lock, dl) != -ETIMEDOUT)
 			;
 		if (!s->writing && s->conn == c)
-			weft_write(c->fd, r, n, 0);
+			conn_write(c, r, n, 0);
 	}
 }
 
@@ -197,9 +205,16 @@ static int authenticate(conn *c, mq_packet *pk)
 {
 	int v = pk->connect.version;
 	bool anon_ok = conf.allow_anonymous == 1 || (conf.allow_anonymous < 0 && c->loopback);
-	const mq_bytes *u = &pk->connect.username, *pw = &pk->connect.password;
+	mq_bytes u0 = pk->connect.username;
+	const mq_bytes *u = &u0, *pw = &pk->connect.password;
 	bool has_user = pk->connect.has_username;
-	if (conf.password_file[0]) {
+	if (c->tls_user) {
+		/* use_identity_as_username: the verified certificate is the credential, its CN the
+		 * username (the CONNECT's is ignored, as mosquitto does) */
+		u0.p = (const uint8_t *)c->tls_user;
+		u0.len = (uint32_t)strlen(c->tls_user);
+		has_user = true;
+	} else if (conf.password_file[0]) {
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof ss;
 		bool peer = getpeername(c->fd, (struct sockaddr *)&ss, &sl) == 0;
@@ -654,6 +669,17 @@ static void serve(void *arg)
 	bool will = true;
 	int rc = 0;
 	int64_t start = weft_now(), last = start;
+	if (c->tls) { /* in this task, waiting on the socket as reads do: no worker blocks */
+		int h = tls_handshake(c->tls, start + CONNECT_TIMEOUT_S * 1000000000LL);
+		if (h < 0) {
+			if (conf.verbose)
+				fprintf(stderr, "weft-mqtt: TLS handshake failed: %s\n",
+					h == -EPROTO ? tls_error(c->tls) : strerror(-h));
+			conn_end(c, 0, false);
+			return;
+		}
+		c->tls_user = tls_username(c->tls);
+	}
 	for (;;) {
 		int64_t dl = WEFT_FOREVER;
 		if (!c->connected)
@@ -667,7 +693,7 @@ static void serve(void *arg)
 				pool_free(b.buf);
 				b.buf = NULL;
 			}
-			int w = weft_fd_wait(c->fd, EPOLLIN, dl);
+			int w = c->tls ? tls_wait_readable(c->tls, dl) : weft_fd_wait(c->fd, EPOLLIN, dl);
 			if (w == -ETIMEDOUT) {
 				rc = c->connected ? MQ_RC_KEEP_ALIVE_TIMEOUT : 0;
 				break;
@@ -677,7 +703,8 @@ static void serve(void *arg)
 			b.buf = pool_alloc(RBUF - 16);
 			b.cap = (uint32_t)pool_size(b.buf);
 		}
-		ssize_t n = weft_read(c->fd, b.buf + b.len, b.cap - b.len, b.len ? dl : 0);
+		ssize_t n = c->tls ? tls_read(c->tls, b.buf + b.len, b.cap - b.len, b.len ? dl : 0)
+				   : weft_read(c->fd, b.buf + b.len, b.cap - b.len, b.len ? dl : 0);
 		if (n == -ETIMEDOUT) {
 			if (b.len) { /* a packet half sent and then nothing */
 				rc = c->connected ? MQ_RC_KEEP_ALIVE_TIMEOUT : 0;
@@ -726,7 +753,7 @@ static void ws_close(conn *c)
 	if (!n && c->ws->state == WS_OPEN)
 		n = ws_close_frame(r, 1000);
 	if (n)
-		weft_write(c->fd, r, n, weft_now() + 200000000);
+		conn_write(c, r, n, weft_now() + 200000000);
 }
 
 /* Tear down: last words to a 5.0 client, detach from the session, close. */
@@ -770,10 +797,12 @@ static void conn_end(conn *c, int rc, bool will)
 		}
 		if (len) {
 			buf = conn_frame(c, buf, &len);
-			weft_write(c->fd, buf, len, weft_now() + 200000000);
+			conn_write(c, buf, len, weft_now() + 200000000);
 		}
 		pool_free(buf);
 		ws_close(c);
+		if (c->tls)
+			tls_shutdown(c->tls, weft_now() + 200000000);
 		shutdown(c->fd, SHUT_RDWR);
 		session_detach(c, will);
 	} else {
@@ -789,6 +818,7 @@ static void conn_end(conn *c, int rc, bool will)
 			c->next->prev = c->prev;
 		nconns--;
 	}
+	tls_free(c->tls);
 	weft_close(c->fd);
 	ebr_unregister(&c->rd);
 	for (uint16_t i = 0; c->in_alias && i < c->in_alias_max; i++)
@@ -826,10 +856,15 @@ static bool is_loopback(int fd)
 	return ss.ss_family == AF_UNIX;
 }
 
-void conn_serve(int fd, int protocol)
+void conn_serve(int fd, int protocol, tls_ctx *tls)
 {
 	conn *c = calloc(1, sizeof *c);
 	if (!c) {
+		weft_close(fd);
+		return;
+	}
+	if (tls && !(c->tls = tls_conn_new(tls, fd))) {
+		free(c);
 		weft_close(fd);
 		return;
 	}

@@ -19,12 +19,14 @@
 #include <unistd.h>
 
 #include "broker.h"
+#include "tls.h"
 
 void pool_fini(void);
 void stats_fini(void);
 
 static int lfds[MAX_LISTENERS];
 static int lproto[MAX_LISTENERS];
+static tls_ctx *ltls[MAX_LISTENERS];
 static int sigfd = -1;
 
 static void acceptor(void *arg)
@@ -44,7 +46,7 @@ static void acceptor(void *arg)
 		}
 		int one = 1;
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-		conn_serve(fd, lproto[i]);
+		conn_serve(fd, lproto[i], ltls[i]);
 	}
 }
 
@@ -78,6 +80,19 @@ static int broker(void *arg)
 			return 1;
 		}
 #endif
+		if (l->certfile[0]) {
+			tls_opts to = {
+				.certfile = l->certfile, .keyfile = l->keyfile, .cafile = l->cafile,
+				.ciphers = l->ciphers, .require_certificate = l->require_certificate == 1,
+				.use_identity_as_username = l->use_identity_as_username == 1,
+			};
+			char err[512];
+			ltls[i] = tls_ctx_server(&to, err, sizeof err);
+			if (!ltls[i]) {
+				fprintf(stderr, "weft-mqtt: listener %d: %s\n", l->port, err);
+				return 1;
+			}
+		}
 		lfds[i] = weft_tcp_listen(l->host[0] ? l->host : NULL, l->port, 4096);
 		if (lfds[i] < 0) {
 			fprintf(stderr, "weft-mqtt: cannot listen on %s:%d: %s\n",
@@ -85,9 +100,10 @@ static int broker(void *arg)
 			return 1;
 		}
 		if (conf.verbose)
-			fprintf(stderr, "weft-mqtt: listening on %s:%d%s\n",
+			fprintf(stderr, "weft-mqtt: listening on %s:%d%s%s\n",
 				l->host[0] ? l->host : "*", l->port,
-				l->protocol == PROTO_WEBSOCKETS ? " (websockets)" : "");
+				l->protocol == PROTO_WEBSOCKETS ? " (websockets)" : "",
+				ltls[i] ? " (TLS)" : "");
 	}
 	weft_spawn_opts o = { .name = "mqtt-accept" };
 	weft_task *acc[MAX_LISTENERS];
@@ -129,6 +145,8 @@ static int broker(void *arg)
 	}
 	weft_sleep_until(weft_now() + 20000000); /* let detached writer tasks finish */
 	sessions_free_all();
+	for (int i = 0; i < conf.nlisteners; i++)
+		tls_ctx_free(ltls[i]);
 	ebr_collect(1);
 	topic_free_all();
 	ebr_collect(1);

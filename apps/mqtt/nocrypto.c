@@ -1,13 +1,15 @@
 /*
  * nocrypto.c - stands in for auth.c where weft-mqtt is built without OpenSSL (the aarch64
- * cross build has no libcrypto), and for ws.c, which needs SHA-1: there is no password
- * checking and no WebSocket upgrade, so a configured password_file or websockets listener
- * stops the broker at start instead of being ignored.
+ * cross build has no libcrypto), for ws.c, which needs SHA-1, and for tls.c: there is no
+ * password checking, no WebSocket upgrade and no TLS, so a configured password_file,
+ * websockets listener or certfile stops the broker at start instead of being ignored.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "auth.h"
+#include "tls.h"
 #include "ws.h"
 
 int auth_reload(const char *path, const auth_opts *o, char *err, size_t errcap)
@@ -64,4 +66,70 @@ size_t ws_close_frame(uint8_t out[4], int code)
 {
 	(void)out, (void)code;
 	return 0;
+}
+
+/* TLS: tls_ctx_server fails, so no connection ever has a tls_conn. */
+tls_ctx *tls_ctx_server(const tls_opts *o, char *err, size_t cap)
+{
+	(void)o;
+	snprintf(err, cap, "TLS needs a weft-mqtt built with OpenSSL");
+	return NULL;
+}
+
+void tls_ctx_free(tls_ctx *ctx)
+{
+	(void)ctx;
+}
+
+tls_conn *tls_conn_new(tls_ctx *ctx, int fd)
+{
+	(void)ctx, (void)fd;
+	return NULL;
+}
+
+int tls_handshake(tls_conn *t, int64_t deadline)
+{
+	(void)t, (void)deadline;
+	return -EPROTO;
+}
+
+const char *tls_error(const tls_conn *t)
+{
+	(void)t;
+	return "no TLS in this build";
+}
+
+const char *tls_username(const tls_conn *t)
+{
+	(void)t;
+	return NULL;
+}
+
+ssize_t tls_read(tls_conn *t, void *buf, size_t n, int64_t deadline)
+{
+	(void)t, (void)buf, (void)n, (void)deadline;
+	return -EPROTO;
+}
+
+int tls_wait_readable(tls_conn *t, int64_t deadline)
+{
+	(void)t, (void)deadline;
+	return -EPROTO;
+}
+
+ssize_t tls_write(tls_conn *t, const void *buf, size_t n, int64_t deadline)
+{
+	(void)t, (void)buf, (void)n, (void)deadline;
+	return -EPROTO;
+}
+
+int tls_shutdown(tls_conn *t, int64_t deadline)
+{
+	(void)t, (void)deadline;
+	return 0;
+}
+
+void tls_free(tls_conn *t)
+{
+	(void)t;
 }

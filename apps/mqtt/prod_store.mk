@@ -6,20 +6,7 @@
 # They link -lssl -lcrypto -lsqlite3 (Debian libssl-dev, libsqlite3-dev), which the aarch64
 # cross build does not have: there the modules and their tests are left out.
 #
-# The broker does not link these modules yet (see the report of issue #8 for the calls to
-# wire in); when it does, build.mk's MQTT_OBJ/MQTT_LIBS take them. An older build.mk gathered
-# every apps/mqtt/*.c into the broker and every apps/mqtt/tests/*.c into a test: while such a
-# wildcard is in place, take tls.o and store.o out of its link lines (its recipe expands
-# MQTT_OBJ when it runs), give the names its prerequisites hold an empty body, and drop the
-# test binaries it would make of tls_test.c and store_test.c. With build.mk listing its
-# sources by name this block does nothing.
-PROD2_PHANTOM := $(filter $(B)/obj/mqtt/tls.o $(B)/obj/mqtt/store.o,$(MQTT_OBJ))
-ifneq ($(PROD2_PHANTOM),)
-MQTT_OBJ := $(filter-out $(PROD2_PHANTOM),$(MQTT_OBJ))
-TESTS    := $(filter-out $(B)/tests/mqtt_tls_test $(B)/tests/mqtt_store_test,$(TESTS))
-$(PROD2_PHANTOM): | $(B)/obj/mqtt
-	echo 'typedef int weft_mqtt_not_linked_yet;' | $(CC) $(CFLAGS) -x c -c - -o $@
-endif
+# The broker links tls.c (build.mk's MQTT_SRC); these are the modules' own tests.
 # bench/*.c names the store benchmark too; it is built (below) only where SQLite links
 BENCHES  := $(filter-out $(B)/bench/mqtt-store,$(BENCHES))
 

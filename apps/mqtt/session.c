@@ -586,7 +586,7 @@ void session_flush(session *s)
 		s->out_len = s->out_cap = 0;
 		weft_mutex_unlock(&s->lock);
 		buf = conn_frame(c, buf, &len);
-		ssize_t n = weft_write(c->fd, buf, len, 0);
+		ssize_t n = conn_write(c, buf, len, 0);
 		weft_mutex_lock(&s->lock);
 		if (n == (ssize_t)len) {
 			stats_add(ST_BYTES_SENT, len);
@@ -623,7 +623,7 @@ static void writer(void *arg)
 	conn *c = arg;
 	session *s = c->s;
 	for (;;) {
-		ssize_t n = weft_write(c->fd, c->wbuf + c->woff, c->wlen - c->woff, WEFT_FOREVER);
+		ssize_t n = conn_write(c, c->wbuf + c->woff, c->wlen - c->woff, WEFT_FOREVER);
 		if (n > 0)
 			stats_add(ST_BYTES_SENT, (uint64_t)n);
 		pool_free(c->wbuf);

@@ -10,6 +10,7 @@ import './v5.mjs';
 import './raw.mjs';
 import './security.mjs';
 import './ws.mjs';
+import './tls.mjs';
 
 const arg = process.argv[2];
 if (!arg || arg === '--list') {
