@@ -641,12 +641,18 @@ static int count_threads(void)
 	return n;
 }
 
-/* Threads that cannot wake a task: the caller of weft_run (worker 0 from now on) and, under
- * TSan, its background thread, which it starts with the first pthread_create (made to exist
- * now, so that it can be counted: under TSan every thread that exists before weft_run is
- * taken for one of TSan's). Any other thread may hold a channel or lock a task waits on, even
- * one started before weft_run (a storage thread fed by a channel), so while one exists no
- * deadlock is reported. */
+/* Threads that cannot wake a task: those that exist when libweft is loaded, before main (the
+ * main thread, which calls weft_run and becomes worker 0; under qemu-user, its RCU thread),
+ * and under TSan its background thread, which the first pthread_create starts. Any other
+ * thread may hold a channel or lock a task waits on, even one started before weft_run (a
+ * storage thread fed by a channel), so while one exists no deadlock is reported. */
+static int threads_at_load;
+
+__attribute__((constructor)) static void count_threads_at_load(void)
+{
+	threads_at_load = count_threads();
+}
+
 #ifdef WEFT_TSAN
 static void *no_op(void *arg)
 {
@@ -657,12 +663,12 @@ static void *no_op(void *arg)
 static int threads_before_run(void)
 {
 #ifdef WEFT_TSAN
-	pthread_t t;
+	pthread_t t; /* make sure TSan's thread exists, whoever created threads before */
 	if (pthread_create(&t, NULL, no_op, NULL) == 0)
 		pthread_join(t, NULL);
-	return count_threads();
+	return threads_at_load + 1;
 #else
-	return 1;
+	return threads_at_load;
 #endif
 }
 

@@ -523,11 +523,6 @@ static int wait_for_feeder(void *arg)
 
 TEST(thread_started_before_run_is_a_possible_waker)
 {
-#if defined(__SANITIZE_THREAD__)
-	/* TSan's own thread cannot be told from the program's by count (see sched.c) */
-	printf("skipped under TSan\n");
-	return;
-#endif
 	CHECK((fed = weft_chan_new(1, sizeof(int))));
 	pthread_t th;
 	CHECK(pthread_create(&th, NULL, late_feeder, NULL) == 0);
