@@ -11,6 +11,7 @@
  *   stats.c    per-worker counters and the $SYS/broker/ topics
  *   config.c   options and mosquitto-syntax configuration files
  *   access.c   password_file and acl_file as the broker uses them (auth.c, acl.c do the work)
+ *   persist.c  persistence: what goes to the store (store.c) and when acknowledgements wait
  */
 #ifndef WEFT_MQTT_BROKER_H
 #define WEFT_MQTT_BROKER_H
@@ -130,6 +131,7 @@ typedef struct dlv {
 	uint8_t state;             /* inflight: 0 sent PUBLISH, 1 got PUBREC and sent PUBREL */
 	uint8_t nsub;
 	uint32_t subid[4];
+	uint64_t mid;              /* its row in the store (persist.c), 0: not stored */
 } dlv;
 
 /* A subscription a session holds (to remove them all when it ends). */
@@ -180,6 +182,7 @@ typedef struct session {
 	/* what the client may read (acl.c), NULL: everything. Read without the lock by every
 	 * publisher that routes to s; replaced by access_bind, the old one freed through epoch.c */
 	_Atomic(struct acl_client *) acl;
+	bool stored;               /* written to the store (persistent, persistence on) */
 } session;
 
 /* Find or make the session for client_id and attach c to it (taking over from a connection
@@ -213,6 +216,15 @@ int session_rel_add(session *s, uint16_t pid, int max);
 bool session_rel_del(session *s, uint16_t pid);
 /* Resend inflight messages (DUP) and start queued ones, after a (re)connect. */
 void session_resume(session *s, struct conn *by);
+/* At start, from the store: an offline session (expiring at expire_at, 0 never), a queued or
+ * inflight delivery of it (pid 0: not sent yet), and finding a session by id. */
+session *session_restore(const char *id, uint16_t n, uint8_t version, uint32_t expiry_interval,
+			 int64_t expire_at);
+void session_restore_dlv(session *s, msg *m, uint8_t qos, uint64_t mid, uint16_t pid,
+			 uint8_t state);
+session *session_find(const char *id, uint16_t n);
+/* Note a subscription in s's list (conn.c). */
+void subrec_add(session *s, const uint8_t *f, uint16_t len);
 /* Expire offline sessions and delayed wills; returns the number of sessions. */
 void sessions_reap(int64_t now);
 long sessions_count(void);
@@ -265,6 +277,28 @@ static inline bool access_read(session *s, const msg *m)
 /* Free s's binding (the session is being freed: nobody reads it any more). */
 void access_unbind(session *s);
 
+/* ---- persistence (persist.c) --------------------------------------------------------------- */
+
+struct conn;
+extern bool persist_on;
+/* Open the store and load it (start); close it (after the connections ended). */
+int persist_open(void);
+void persist_close(void);
+/* Store writes; `by` is the connection whose batch must wait for them before acknowledging
+ * (NULL: nobody waits). Lock of s held for persist_session, _enqueue, _inflight and _ack. */
+void persist_session(session *s, bool connected, struct conn *by);
+void persist_session_gone(session *s);
+void persist_sub(session *s, const char *f, uint16_t len, uint8_t opts, uint32_t subid,
+		 struct conn *by);
+void persist_unsub(session *s, const char *f, uint16_t len);
+void persist_enqueue(session *s, dlv *d, struct conn *by);
+void persist_inflight(session *s, dlv *d);
+void persist_ack(session *s, uint16_t pid);
+void persist_rel(session *s, uint16_t pid, bool add, struct conn *by);
+void persist_retained(const msg *m, struct conn *by);
+/* Wait until c's writes so far are durable: 0, or -EIO (do not acknowledge). */
+int persist_wait(struct conn *c);
+
 /* ---- connections (conn.c) ------------------------------------------------------------------ */
 
 typedef struct alias_ent {
@@ -308,6 +342,8 @@ typedef struct conn {
 	uint16_t user_len;
 	struct ws *ws;            /* a WebSockets listener's client: the framing (ws.c), or NULL */
 	struct tls_conn *tls;     /* a TLS listener's client (tls.c), or NULL */
+	int64_t ticket;           /* the store's ticket this batch waits for (-1: store failed) */
+	route_buf acks;           /* PUBACK/PUBRECs held until the batch is durable */
 	const char *tls_user;     /* the certificate's CN under use_identity_as_username */
 } conn;
 

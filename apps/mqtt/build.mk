@@ -8,8 +8,8 @@
 # beside them do not change this build; a module joins the broker by adding its objects to
 # MQTT_OBJ and its libraries to MQTT_LIBS (from a fragment read after this one).
 MQTT_SRC := $(addprefix apps/mqtt/,codec.c encode.c config.c conn.c epoch.c msg.c pool.c \
-	session.c stats.c topic.c access.c acl.c)
-MQTT_HDR := $(addprefix apps/mqtt/,broker.h codec.h acl.h auth.h ws.h tls.h) include/weft.h
+	session.c stats.c topic.c access.c acl.c persist.c)
+MQTT_HDR := $(addprefix apps/mqtt/,broker.h codec.h acl.h auth.h ws.h tls.h store.h) include/weft.h
 MQTT_LIBS :=
 MQTT_CFLAGS :=
 # password_file (PBKDF2-SHA512), WebSockets (SHA-1 of the upgrade key) and TLS listeners need
@@ -23,6 +23,14 @@ MQTT_LIBS += -lssl -lcrypto
 else
 MQTT_SRC += apps/mqtt/nocrypto.c
 MQTT_CFLAGS += -DMQTT_NO_CRYPTO
+endif
+# persistence needs SQLite (Debian libsqlite3-dev); without it persist.c refuses
+# `persistence true` at start.
+ifneq ($(if $(filter aarch64,$(ARCH)),,$(wildcard /usr/include/sqlite3.h)),)
+MQTT_SRC += apps/mqtt/store.c
+MQTT_LIBS += -lsqlite3
+else
+MQTT_CFLAGS += -DMQTT_NO_STORE
 endif
 MQTT_OBJ := $(MQTT_SRC:apps/mqtt/%.c=$(B)/obj/mqtt/%.o)
 

@@ -3,9 +3,7 @@
  *
  * A configuration file is lines of "option value..." with '#' comments, as mosquitto.conf.
  * weft-mqtt reads the options it implements and rejects any other with the file and line, so
- * a typo never silently changes nothing. persistence true is recognised but not implemented
- * yet: the broker refuses to start with it rather than run with less durability than the file
- * asks for.
+ * a typo never silently changes nothing.
  */
 #include <errno.h>
 #include <limits.h>
@@ -245,10 +243,6 @@ int conf_load(broker_conf *c, const char *file)
 			return -1;
 		}
 	}
-	if (c->persistence) {
-		fprintf(stderr, "%s: persistence true is not supported yet by weft-mqtt\n", file);
-		return -1;
-	}
 	return 0;
 }
 
@@ -265,8 +259,8 @@ static void usage(FILE *o)
 		"                          allow_anonymous, sys_interval, password_file,\n"
 		"                          allow_plain_passwords, acl_file, protocol websockets,\n"
 		"                          certfile, keyfile, cafile, ciphers, require_certificate,\n"
-		"                          use_identity_as_username\n"
-		"                          (persistence is recognised but not supported yet)\n"
+		"                          use_identity_as_username, persistence,\n"
+		"                          persistence_location\n"
 		"  -p, --port PORT         listen on PORT (default 1883) on 127.0.0.1, unless the\n"
 		"                          configuration names listeners\n"
 		"  -v, --verbose           log connections on stderr\n"

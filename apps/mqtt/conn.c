@@ -157,6 +157,36 @@ static void send_ack(conn *c, int type, uint16_t pid, int rc)
 	send_pkt(c, b, mq_enc_ack(b, c->version, type, pid, rc, NULL));
 }
 
+/* A PUBLISH's acknowledgement. With persistence on it waits in c->acks for the end of the
+ * batch, when what the batch wrote to the store is durable (persist.c); in order, since MQTT
+ * wants PUBACKs in the order of their PUBLISHes. */
+typedef struct held_ack {
+	uint8_t type, rc;
+	uint16_t pid;
+} held_ack;
+
+static void ack_pub(conn *c, int type, uint16_t pid, int rc)
+{
+	if (!persist_on) {
+		send_ack(c, type, pid, rc);
+		return;
+	}
+	held_ack *v = route_grow(&c->acks, sizeof *v, c->acks.n + 1);
+	v[c->acks.n++] = (held_ack){ (uint8_t)type, (uint8_t)rc, pid };
+}
+
+/* End of a batch with persistence on: wait for the store, then acknowledge. -1 when the
+ * store failed: nothing is acknowledged (the client will send the messages again). */
+static int acks_release(conn *c)
+{
+	int r = persist_wait(c);
+	held_ack *v = c->acks.v;
+	for (uint32_t i = 0; r == 0 && i < c->acks.n; i++)
+		send_ack(c, v[i].type, v[i].pid, v[i].rc);
+	c->acks.n = 0;
+	return r < 0 ? -1 : 0;
+}
+
 /* A CONNACK refusing the connection (before any session). */
 static void refuse(conn *c, int version, int rc5, int rc3)
 {
@@ -167,7 +197,7 @@ static void refuse(conn *c, int version, int rc5, int rc3)
 
 /* ---- subscriptions kept by the session ------------------------------------------------------ */
 
-static void subrec_add(session *s, const uint8_t *f, uint16_t len)
+void subrec_add(session *s, const uint8_t *f, uint16_t len)
 {
 	WEFT_WITH_LOCK(&s->lock) {
 		for (subrec *r = s->subs; r; r = r->next)
@@ -324,6 +354,7 @@ static int on_connect(conn *c, mq_packet *pk)
 		s->will_delay = pk->connect.will_props.will_delay;
 		if (!present)
 			s->nrel = 0;
+		persist_session(s, true, c);
 	}
 	c->out_alias_max = v == 5 ? pk->props.topic_alias_max : 0;
 	if (c->out_alias_max > 64)
@@ -398,21 +429,21 @@ static int on_publish(conn *c, mq_packet *pk)
 		if (pr->payload_format == 1 &&
 		    mq_utf8_check(pk->publish.payload.p, pk->publish.payload.len) < 0) {
 			if (qos)
-				send_ack(c, ack, pk->packet_id, MQ_RC_PAYLOAD_FORMAT_INVALID);
+				ack_pub(c, ack, pk->packet_id, MQ_RC_PAYLOAD_FORMAT_INVALID);
 			return 0;
 		}
 	}
 	if (conf.message_size_limit && pk->publish.payload.len > conf.message_size_limit) {
 		stats_add(ST_PUB_DROPPED, 1);
 		if (qos)
-			send_ack(c, ack, pk->packet_id, MQ_RC_QUOTA_EXCEEDED);
+			ack_pub(c, ack, pk->packet_id, MQ_RC_QUOTA_EXCEEDED);
 		return 0;
 	}
 	if ((tlen >= 4 && !memcmp(topic, "$SYS", 4)) || /* the broker's own */
 	    !may_write(s, topic, tlen)) {
 		stats_add(ST_PUB_DROPPED, 1);
 		if (qos)
-			send_ack(c, ack, pk->packet_id, c->version == 5 ? MQ_RC_NOT_AUTHORIZED : 0);
+			ack_pub(c, ack, pk->packet_id, c->version == 5 ? MQ_RC_NOT_AUTHORIZED : 0);
 		return 0;
 	}
 	if (qos == 2) {
@@ -421,19 +452,22 @@ static int on_publish(conn *c, mq_packet *pk)
 		if (r < 0)
 			return -MQ_RC_RECEIVE_MAX_EXCEEDED;
 		if (r == 1) { /* a resend of one we have: acknowledge, do not deliver again */
-			send_ack(c, MQ_PUBREC, pk->packet_id, 0);
+			ack_pub(c, MQ_PUBREC, pk->packet_id, 0);
 			return 0;
 		}
+		persist_rel(s, pk->packet_id, true, c);
 	}
 	stats_add(ST_PUB_RECV, 1);
 	msg *m = msg_new(topic, tlen, &pk->props.raw, pk->publish.payload.p, pk->publish.payload.len,
 			 qos, pk->publish.retain, pk->props.message_expiry);
-	if (m->retain)
+	if (m->retain) {
 		topic_retain(m);
+		persist_retained(m, c);
+	}
 	int n = topic_publish(m, s, c);
 	msg_unref(m);
 	if (qos)
-		send_ack(c, ack, pk->packet_id, n || c->version < 5 ? 0 : MQ_RC_NO_MATCHING_SUBSCRIBERS);
+		ack_pub(c, ack, pk->packet_id, n || c->version < 5 ? 0 : MQ_RC_NO_MATCHING_SUBSCRIBERS);
 	return 0;
 }
 
@@ -472,9 +506,15 @@ static int on_subscribe(conn *c, mq_packet *pk)
 		int existed = topic_subscribe(s, (const char *)f.p, (uint16_t)f.len,
 					      (uint8_t)(o & 0x3F), subid);
 		subrec_add(s, f.p, (uint16_t)f.len);
+		persist_sub(s, (const char *)f.p, (uint16_t)f.len, (uint8_t)(o & 0x3F), subid, c);
 		codes[i] = (uint8_t)(o & 3);
 		int rh = (o >> 4) & 3;
 		want[i] = !shared && (rh == 0 || (rh == 1 && !existed));
+	}
+	if (persist_on && c->ticket && persist_wait(c) < 0) { /* SUBACK once durable */
+		if (codes != small)
+			free(codes);
+		return -MQ_RC_UNSPECIFIED;
 	}
 	uint8_t *out = malloc(16 + (size_t)n);
 	if (!out)
@@ -503,8 +543,10 @@ static int on_unsubscribe(conn *c, mq_packet *pk)
 	pos = n = 0;
 	while (mq_sub_next(pk, &pos, &f, NULL)) {
 		int found = topic_unsubscribe(c->s, (const char *)f.p, (uint16_t)f.len);
-		if (found)
+		if (found) {
 			subrec_del(c->s, f.p, (uint16_t)f.len);
+			persist_unsub(c->s, (const char *)f.p, (uint16_t)f.len);
+		}
 		codes[n++] = found ? 0 : MQ_RC_NO_SUBSCRIPTION_EXISTED;
 	}
 	size_t len = mq_enc_suback(out, c->version, MQ_UNSUBACK, pk->packet_id, codes, (int)n, NULL);
@@ -545,10 +587,13 @@ static int handle(conn *c, const uint8_t *p, size_t n, bool *will)
 	case MQ_PUBREC:
 		session_pubrec(c->s, pk.packet_id, pk.reason, c);
 		return 0;
-	case MQ_PUBREL:
-		send_ack(c, MQ_PUBCOMP, pk.packet_id,
-			 session_rel_del(c->s, pk.packet_id) ? 0 : MQ_RC_PACKET_ID_NOT_FOUND);
+	case MQ_PUBREL: {
+		bool had = session_rel_del(c->s, pk.packet_id);
+		if (had)
+			persist_rel(c->s, pk.packet_id, false, NULL);
+		send_ack(c, MQ_PUBCOMP, pk.packet_id, had ? 0 : MQ_RC_PACKET_ID_NOT_FOUND);
 		return 0;
+	}
 	case MQ_PUBCOMP:
 		session_pubcomp(c->s, pk.packet_id, c);
 		return 0;
@@ -650,6 +695,12 @@ static int process(conn *c, rd *b, bool *will)
 		off += (uint32_t)total;
 		if (c->closing)
 			break;
+	}
+	if (persist_on && (c->acks.n || c->ticket)) {
+		if (r < 0)
+			c->acks.n = 0; /* the connection ends: the client resends what it has not seen acknowledged */
+		else if (acks_release(c) < 0)
+			r = -MQ_RC_UNSPECIFIED;
 	}
 	flush_dirty(c);
 	ebr_leave(&c->rd);
@@ -831,6 +882,7 @@ static void conn_end(conn *c, int rc, bool will)
 	free(c->front.v);
 	free(c->front2.v);
 	free(c->dirty.v);
+	free(c->acks.v);
 	free(c->user);
 	if (c->ws) {
 		ws_free(c->ws);

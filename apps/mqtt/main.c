@@ -70,6 +70,8 @@ static int broker(void *arg)
 	pool_init();
 	stats_init();
 	topic_init();
+	if (persist_open() < 0)
+		return 1;
 	for (int i = 0; i < conf.nlisteners; i++) {
 		listener_conf *l = &conf.listeners[i];
 		lproto[i] = l->protocol;
@@ -139,6 +141,7 @@ static int broker(void *arg)
 		weft_cancel(st);
 		weft_join(st);
 	}
+	persist_close(); /* every connection has ended: nothing writes to it any more */
 	if (conns_count()) { /* a connection would not end: exit without freeing under it */
 		fprintf(stderr, "weft-mqtt: %ld connections did not close\n", conns_count());
 		return 0;

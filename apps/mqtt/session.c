@@ -107,6 +107,7 @@ static void session_end(session *s)
 	msg *will = NULL;
 	WEFT_WITH_LOCK(&s->lock) {
 		s->dead = true;
+		persist_session_gone(s);
 		subs = s->subs, s->subs = NULL;
 		q = s->queue, s->queue = s->queue_tail = NULL;
 		inf = s->inflight, s->inflight = s->inflight_tail = NULL;
@@ -226,6 +227,59 @@ session *session_attach(conn *c, const char *id, uint16_t n, bool clean, bool *p
 	return s;
 }
 
+session *session_find(const char *id, uint16_t n)
+{
+	session *s;
+	WEFT_WITH_LOCK(&tlock)
+		s = find(id, n, id_hash(id, n));
+	return s;
+}
+
+session *session_restore(const char *id, uint16_t n, uint8_t version, uint32_t expiry_interval,
+			 int64_t expire_at)
+{
+	uint32_t h = id_hash(id, n);
+	session *s;
+	WEFT_WITH_LOCK(&tlock) {
+		s = find(id, n, h);
+		if (!s) {
+			s = session_new(id, n, h);
+			s->hnext = table[h % NBUCKETS];
+			table[h % NBUCKETS] = s;
+			nsessions++;
+		}
+		s->version = version;
+		s->expiry_interval = expiry_interval;
+		s->expire_at = expire_at;
+		s->window = 1;
+		s->stored = true;
+	}
+	return s;
+}
+
+static void inflight_append(session *s, dlv *d);
+
+void session_restore_dlv(session *s, msg *m, uint8_t qos, uint64_t mid, uint16_t pid,
+			 uint8_t state)
+{
+	dlv *d = pool_alloc(sizeof *d);
+	*d = (dlv){ NULL, msg_ref(m), pid, qos, 0, state, 0, { 0 }, mid };
+	WEFT_WITH_LOCK(&s->lock) {
+		if (pid) {
+			inflight_append(s, d);
+			if (pid >= s->next_pid)
+				s->next_pid = (uint16_t)(pid + 1) ? (uint16_t)(pid + 1) : 1;
+		} else {
+			if (s->queue_tail)
+				s->queue_tail->next = d;
+			else
+				s->queue = d;
+			s->queue_tail = d;
+			s->nqueued++;
+		}
+	}
+}
+
 void session_detach(conn *c, bool publish_will_now)
 {
 	session *s = c->s;
@@ -259,6 +313,8 @@ void session_detach(conn *c, bool publish_will_now)
 		}
 		if (!end && s->expiry_interval != UINT32_MAX)
 			s->expire_at = now + (int64_t)s->expiry_interval * 1000000000;
+		if (!end)
+			persist_session(s, false, NULL); /* when it went: its expiry counts from then */
 	}
 	if (will)
 		publish_will(will);
@@ -467,6 +523,8 @@ static void start(session *s, dlv *d, int64_t now)
 		pool_free(d);
 		return;
 	}
+	if (d->mid)
+		persist_inflight(s, d);
 	inflight_append(s, d);
 }
 
@@ -532,13 +590,17 @@ void session_deliver(session *s, msg *m, int qos, int retain, const uint32_t *su
 			dropped = encode_pub(s, m, 0, 0, 0, retain, subids, nsub, now) < 0;
 	} else if (s->conn && !s->queue && s->ninflight < s->window) {
 		dlv *d = pool_alloc(sizeof *d);
-		*d = (dlv){ NULL, msg_ref(m), 0, (uint8_t)qos, (uint8_t)retain, 0, (uint8_t)nsub, { 0 } };
+		*d = (dlv){ NULL, msg_ref(m), 0, (uint8_t)qos, (uint8_t)retain, 0, (uint8_t)nsub, { 0 }, 0 };
 		memcpy(d->subid, subids, (size_t)nsub * sizeof *subids);
+		if (s->stored)
+			persist_enqueue(s, d, by);
 		start(s, d, now);
 	} else if (s->nqueued < (uint32_t)conf.max_queued_messages) {
 		dlv *d = pool_alloc(sizeof *d);
-		*d = (dlv){ NULL, msg_ref(m), 0, (uint8_t)qos, (uint8_t)retain, 0, (uint8_t)nsub, { 0 } };
+		*d = (dlv){ NULL, msg_ref(m), 0, (uint8_t)qos, (uint8_t)retain, 0, (uint8_t)nsub, { 0 }, 0 };
 		memcpy(d->subid, subids, (size_t)nsub * sizeof *subids);
+		if (s->stored)
+			persist_enqueue(s, d, by);
 		if (s->queue_tail)
 			s->queue_tail->next = d;
 		else
@@ -676,6 +738,8 @@ static dlv *inflight_find(session *s, uint16_t pid, int qos, int state, bool unl
 
 static void done(session *s, dlv *d)
 {
+	if (d->mid)
+		persist_ack(s, d->pid);
 	msg_unref(d->m);
 	pool_free(d);
 	fill_window(s);
@@ -702,8 +766,11 @@ void session_pubrec(session *s, uint16_t pid, int reason, conn *by)
 			done(s, d); /* the client refused it: the flow ends here */
 		} else if (s->conn) {
 			uint8_t pkt[8];
-			if (d)
+			if (d) {
 				d->state = 1;
+				if (d->mid)
+					persist_inflight(s, d);
+			}
 			size_t n = mq_enc_ack(pkt, s->version, MQ_PUBREL, pid,
 					      d ? 0 : MQ_RC_PACKET_ID_NOT_FOUND, NULL);
 			memcpy(out_room(s, n), pkt, n);

@@ -120,6 +120,21 @@ export async function stopBroker() {
 	return null;
 }
 
+// Kill the broker with SIGKILL (a crash: no chance to write anything) and wait until it is gone.
+// A later startBroker starts a new one (on a new port).
+export async function crashBroker() {
+	if (!broker) return;
+	const b = broker;
+	broker = null;
+	if (!b.exited()) {
+		const gone = new Promise((r) => b.child.on('exit', r));
+		b.child.kill('SIGKILL');
+		await gone;
+	}
+	rmSync(b.dir, { recursive: true, force: true });
+	if (/Sanitizer|runtime error:/.test(b.log())) throw new Error(`the broker's sanitizer reported:\n${b.log()}`);
+}
+
 // Whatever way this process ends, its broker ends with it.
 function killNow() {
 	for (const p of started) if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');

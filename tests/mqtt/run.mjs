@@ -11,6 +11,7 @@ import './raw.mjs';
 import './security.mjs';
 import './ws.mjs';
 import './tls.mjs';
+import './persist.mjs';
 
 const arg = process.argv[2];
 if (!arg || arg === '--list') {

@@ -1,0 +1,290 @@
+/*
+ * persist.c - `persistence true`: what the broker writes to the store (store.c, SQLite) and
+ * reads back at start.
+ *
+ * The rule is that a PUBACK or PUBREC goes out only once what the broker promised with it is
+ * on disk. Every store call returns at once with a ticket; the connection that read a batch of
+ * packets keeps the highest ticket its handlers got (c->ticket) and its PUBACK/PUBRECs in a
+ * list (c->acks) instead of its session's output. At the end of the batch it waits once for
+ * that ticket, then sends the acknowledgements in order: one fsync, shared with every other
+ * connection waiting at the same time, covers the whole batch.
+ *
+ * What is stored: persistent sessions (3.1.1 without clean session, 5.0 with an expiry
+ * interval), their subscriptions, the QoS 1/2 messages queued or inflight for them, their
+ * packet ids once sent and the QoS 2 state, inbound QoS 2 ids between
+ * PUBREC and PUBREL, and retained messages. A clean session is never written. Calls that
+ * change a session's queue are made under the session's lock, so the store sees each queue in
+ * the order the broker built it.
+ *
+ * Nothing here runs when persistence is off (persist_on false: one predictable branch).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "broker.h"
+
+bool persist_on;
+
+#ifndef MQTT_NO_STORE
+#include "store.h"
+
+static store *st;
+
+/* weft_now-based deadlines <-> Unix seconds (the store outlives the process) */
+static int64_t to_unix(int64_t mono)
+{
+	if (!mono)
+		return 0;
+	int64_t left = (mono - weft_now()) / 1000000000;
+	return (int64_t)time(NULL) + (left > 0 ? left : 1);
+}
+
+static uint32_t left_s(int64_t unix_s)
+{
+	if (!unix_s)
+		return 0;
+	int64_t left = unix_s - (int64_t)time(NULL);
+	return left > 0 ? (uint32_t)left : 1;
+}
+
+static void to_store(const msg *m, store_msg *o)
+{
+	*o = (store_msg){ m->topic, m->topic_len, m->qos, m->retain, m->props, m->props_len,
+			  m->payload, m->payload_len, to_unix(m->expiry) };
+}
+
+static msg *from_store(const store_msg *m)
+{
+	mq_bytes props = { m->props, m->props_len };
+	return msg_new(m->topic, m->topic_len, &props, m->payload, m->payload_len, m->qos,
+		       m->retain, left_s(m->expiry));
+}
+
+static void ticket(conn *by, int64_t t)
+{
+	if (t < 0) {
+		fprintf(stderr, "weft-mqtt: persistence: %s\n", store_error(st));
+		if (by)
+			by->ticket = -1; /* the batch's acknowledgements are not sent */
+		return;
+	}
+	if (by && by->ticket >= 0 && t > by->ticket)
+		by->ticket = t;
+}
+
+/* ---- start-up ------------------------------------------------------------------------------- */
+
+static void ld_session(void *arg, const store_session *ss)
+{
+	(void)arg;
+	int64_t expire_at = 0;
+	if (ss->expiry_interval != UINT32_MAX) {
+		int64_t since = ss->disconnected_at ? (int64_t)time(NULL) - ss->disconnected_at : 0;
+		int64_t left = (int64_t)ss->expiry_interval - (since > 0 ? since : 0);
+		expire_at = weft_now() + (left > 0 ? left : 0) * 1000000000 + 1;
+	}
+	session_restore(ss->id, ss->id_len, ss->version, ss->expiry_interval, expire_at);
+}
+
+static void ld_sub(void *arg, const char *id, uint16_t id_len, const char *f, uint16_t flen,
+		   uint8_t opts, uint32_t subid)
+{
+	(void)arg;
+	session *s = session_find(id, id_len);
+	if (!s)
+		return;
+	topic_subscribe(s, f, flen, opts, subid);
+	subrec_add(s, (const uint8_t *)f, flen);
+}
+
+static void ld_queued(void *arg, const char *id, uint16_t id_len, uint64_t mid,
+		      const store_msg *sm, uint8_t qos, uint16_t pid, uint8_t state)
+{
+	(void)arg;
+	session *s = session_find(id, id_len);
+	if (!s)
+		return;
+	msg *m = from_store(sm);
+	session_restore_dlv(s, m, qos, mid, pid, state);
+	msg_unref(m);
+}
+
+static void ld_rel(void *arg, const char *id, uint16_t id_len, uint16_t pid)
+{
+	(void)arg;
+	session *s = session_find(id, id_len);
+	if (s)
+		session_rel_add(s, pid, 65535);
+}
+
+static void ld_retained(void *arg, const store_msg *sm)
+{
+	(void)arg;
+	msg *m = from_store(sm);
+	topic_retain(m);
+	msg_unref(m);
+}
+
+int persist_open(void)
+{
+	if (!conf.persistence)
+		return 0;
+	char err[512];
+	const char *dir = conf.persistence_location[0] ? conf.persistence_location : ".";
+	st = store_open(dir, NULL, err, sizeof err);
+	if (!st) {
+		fprintf(stderr, "weft-mqtt: persistence: %s\n", err);
+		return -1;
+	}
+	store_callbacks cb = { ld_session, ld_sub, ld_queued, ld_rel, ld_retained };
+	if (store_load(st, &cb, NULL) < 0) {
+		fprintf(stderr, "weft-mqtt: persistence: %s\n", store_error(st));
+		store_close(st);
+		st = NULL;
+		return -1;
+	}
+	if (conf.verbose)
+		fprintf(stderr, "weft-mqtt: persistence: %ld sessions, %ld retained messages loaded\n",
+			sessions_count(), topic_retained_count());
+	persist_on = true;
+	return 0;
+}
+
+void persist_close(void)
+{
+	if (!st)
+		return;
+	persist_on = false;
+	if (store_close(st) < 0)
+		fprintf(stderr, "weft-mqtt: persistence: %s\n", store_error(st));
+	st = NULL;
+}
+
+/* ---- sessions ------------------------------------------------------------------------------- */
+
+void persist_session(session *s, bool connected, conn *by)
+{
+	if (!persist_on)
+		return;
+	if (s->expiry_interval == 0) { /* clean: forget a persistent one it replaces */
+		if (s->stored) {
+			s->stored = false;
+			ticket(by, store_del_session(st, s->client_id, s->id_len));
+		}
+		return;
+	}
+	store_session ss = { s->client_id, s->id_len, s->version, s->expiry_interval,
+			     connected ? 0 : (int64_t)time(NULL) };
+	s->stored = true;
+	ticket(by, store_put_session(st, &ss));
+}
+
+void persist_session_gone(session *s)
+{
+	if (persist_on && s->stored) {
+		s->stored = false;
+		ticket(NULL, store_del_session(st, s->client_id, s->id_len));
+	}
+}
+
+void persist_sub(session *s, const char *f, uint16_t len, uint8_t opts, uint32_t subid, conn *by)
+{
+	if (persist_on && s->stored)
+		ticket(by, store_put_sub(st, s->client_id, s->id_len, f, len, opts, subid));
+}
+
+void persist_unsub(session *s, const char *f, uint16_t len)
+{
+	if (persist_on && s->stored)
+		ticket(NULL, store_del_sub(st, s->client_id, s->id_len, f, len));
+}
+
+/* ---- messages ------------------------------------------------------------------------------- */
+
+/* Each session's copy is its own row: sharing one row between the sessions of a routing
+ * (store_enqueue_mid) would race with an early acknowledgement from the first of them, which
+ * deletes the row once nobody else holds it. */
+void persist_enqueue(session *s, dlv *d, conn *by)
+{
+	store_msg sm;
+	to_store(d->m, &sm);
+	ticket(by, store_enqueue(st, s->client_id, s->id_len, &sm, d->qos, &d->mid));
+}
+
+void persist_inflight(session *s, dlv *d)
+{
+	ticket(NULL, store_inflight(st, s->client_id, s->id_len, d->mid, d->pid, d->state));
+}
+
+void persist_ack(session *s, uint16_t pid)
+{
+	ticket(NULL, store_ack(st, s->client_id, s->id_len, pid));
+}
+
+void persist_rel(session *s, uint16_t pid, bool add, conn *by)
+{
+	if (!persist_on || !s->stored)
+		return;
+	ticket(by, add ? store_rel_add(st, s->client_id, s->id_len, pid)
+		       : store_rel_del(st, s->client_id, s->id_len, pid));
+}
+
+void persist_retained(const msg *m, conn *by)
+{
+	if (!persist_on)
+		return;
+	if (m->payload_len) {
+		store_msg sm;
+		to_store(m, &sm);
+		ticket(by, store_put_retained(st, &sm));
+	} else {
+		ticket(by, store_del_retained(st, m->topic, m->topic_len));
+	}
+}
+
+int persist_wait(conn *c)
+{
+	int64_t t = c->ticket;
+	c->ticket = 0;
+	if (t < 0)
+		return -EIO;
+	if (!t)
+		return 0;
+	return store_wait(st, t, WEFT_FOREVER);
+}
+
+#else /* built without SQLite: persistence true stops the broker at start */
+
+int persist_open(void)
+{
+	if (!conf.persistence)
+		return 0;
+	fprintf(stderr, "weft-mqtt: persistence needs a weft-mqtt built with SQLite\n");
+	return -1;
+}
+
+void persist_close(void) {}
+void persist_session(session *s, bool connected, conn *by) { (void)s, (void)connected, (void)by; }
+void persist_session_gone(session *s) { (void)s; }
+void persist_sub(session *s, const char *f, uint16_t len, uint8_t opts, uint32_t subid, conn *by)
+{
+	(void)s, (void)f, (void)len, (void)opts, (void)subid, (void)by;
+}
+void persist_unsub(session *s, const char *f, uint16_t len) { (void)s, (void)f, (void)len; }
+void persist_enqueue(session *s, dlv *d, conn *by) { (void)s, (void)d, (void)by; }
+void persist_inflight(session *s, dlv *d) { (void)s, (void)d; }
+void persist_ack(session *s, uint16_t pid) { (void)s, (void)pid; }
+void persist_rel(session *s, uint16_t pid, bool add, conn *by)
+{
+	(void)s, (void)pid, (void)add, (void)by;
+}
+void persist_retained(const msg *m, conn *by) { (void)m, (void)by; }
+int persist_wait(conn *c)
+{
+	c->ticket = 0;
+	return 0;
+}
+
+#endif
