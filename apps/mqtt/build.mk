@@ -5,8 +5,9 @@
 #                                         run it on the seed corpus for FUZZ_TIME seconds
 #
 # The broker's sources and tests are listed by name, so that modules still being written
-# beside them do not change this build; a module joins the broker by adding its objects to
-# MQTT_OBJ and its libraries to MQTT_LIBS (from a fragment read after this one).
+# beside them do not change this build. The production modules (auth.c, acl.c, ws.c, tls.c,
+# store.c; docs/weft-mqtt-security.md and weft-mqtt-durability.md) are in MQTT_SRC where their
+# libraries are (OpenSSL, SQLite); prod_auth.mk and prod_store.mk build their unit tests.
 MQTT_SRC := $(addprefix apps/mqtt/,codec.c encode.c config.c conn.c epoch.c msg.c pool.c \
 	session.c stats.c topic.c access.c acl.c persist.c)
 MQTT_HDR := $(addprefix apps/mqtt/,broker.h codec.h acl.h auth.h ws.h tls.h store.h) include/weft.h

@@ -1,6 +1,6 @@
 # weft-mqtt production modules, part 1: password_file (auth.c), acl_file (acl.c) and MQTT over
-# WebSockets (ws.c). Self-contained: they need OpenSSL's libcrypto and weft, nothing of the
-# broker. See docs/weft-mqtt-security.md.
+# WebSockets (ws.c), and their unit tests. Self-contained: they need OpenSSL's libcrypto and
+# weft, nothing of the broker. See docs/weft-mqtt-security.md.
 #
 #   make B=build build/tests/mqtt_auth build/tests/mqtt_acl build/tests/mqtt_ws
 #   make mqtt-ws-fuzz FUZZ_TIME=60      libFuzzer over the WebSocket decoder (clang)
@@ -17,9 +17,8 @@ TESTS += $(B)/tests/mqtt_auth $(B)/tests/mqtt_acl $(B)/tests/mqtt_ws
 endif
 endif
 
-# build.mk lists the broker's sources and tests by name, so these modules stay out of the broker
-# until it links them: add $(PROD_AUTH_OBJ) to MQTT_OBJ and -lcrypto to MQTT_LIBS (see
-# docs/weft-mqtt-security.md, "Wiring into the broker").
+# The broker links these modules through build.mk's MQTT_SRC (see docs/weft-mqtt-security.md,
+# "Wiring into the broker"); the objects here are the modules' own tests'.
 
 $(B)/obj/mqtt-prod:
 	mkdir -p $@

@@ -8,7 +8,8 @@
 // or with one from another CA is refused and one with a good certificate gets in; with
 // use_identity_as_username, the certificate's CN is the username the ACL sees; and handshakes
 // that stall (a client that connects and sends nothing, one that sends half a ClientHello) do
-// not hold up other clients on a broker with one worker: TLS waits in the connection's task.
+// not hold up other clients on a broker with one worker: TLS waits in the connection's task;
+// a websockets listener with a certfile carries MQTT.js over wss://.
 //
 // Skipped where openssl, mosquitto_pub or mosquitto_sub is missing.
 import { execFileSync } from 'node:child_process';
@@ -154,4 +155,17 @@ test('tls_stalled_clients_do_not_block', async () => {
 	const ms = Date.now() - t0;
 	console.log(`two TLS clients connected and passed 100 QoS 1 messages in ${ms} ms beside 10 stalled handshakes`);
 	for (const s of stalled) s.destroy();
+});
+
+// A websockets listener with a certfile: MQTT over WebSockets inside TLS (wss://).
+test('tls_wss_mqttjs', async () => {
+	const c = certs();
+	if (!c) return;
+	const b = await tlsBroker(c, ['protocol websockets']);
+	const plain = await client(5);
+	await plain.subscribeAsync('wss/#', { qos: 1 });
+	const w = await client(5, { protocol: 'wss', path: '/mqtt', ca: readFileSync(c.f('ca.crt')), servername: 'localhost' }, b.tlsport);
+	await w.publishAsync('wss/x', 'x'.repeat(100000), { qos: 1 });
+	await until(() => plain.messages.length >= 1, 3000, 'the message over wss');
+	eq(plain.messages[0].payload.length, 100000, 'intact');
 });
