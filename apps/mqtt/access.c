@@ -40,7 +40,7 @@ int access_load(bool start)
 			fprintf(stderr, "weft-mqtt: %s%s\n", err,
 				start ? "" : " (the previous ACL file stays in force)");
 			rc = -1;
-		} else {
+		} else if (start) { /* written before any connection task reads it, never again */
 			access_acl_on = true;
 		}
 	}

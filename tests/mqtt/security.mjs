@@ -13,8 +13,9 @@
 //
 // The tests skip (pass with a message) where mosquitto_passwd is missing (Debian: mosquitto).
 // Against mosquitto 2.0: it answers 3.1.1 bad credentials with 0x05 and 5.0 ones with 0x87,
-// grants every SUBSCRIBE (it only filters deliveries) and has no limit on failed attempts, so
-// those checks are made against weft-mqtt only.
+// grants every SUBSCRIBE (it only filters deliveries), has no limit on failed attempts and
+// does not reload password files on SIGHUP, so those checks are made against weft-mqtt only;
+// everything else passes against mosquitto 2.0.11 too.
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -64,7 +65,8 @@ async function files(acl = ACL) {
 }
 
 async function secureBroker(f, extra = {}) {
-	return startBroker({ password_file: f.pw, acl_file: f.acl, ...extra });
+	// mosquitto started by root drops to the mosquitto user, which cannot read the test's files
+	return startBroker({ password_file: f.pw, acl_file: f.acl, ...extra }, { user: os.userInfo().username });
 }
 
 const as = (user, version = 5, opts = {}) =>
@@ -115,7 +117,7 @@ for (const v of [4, 5]) {
 		await secureBroker(f, { allow_anonymous: 'false' });
 		eq(await connackCode(v, { username: 'alice', password: 'alice-pw' }), 0, 'right password');
 		eq(await connackCode(v, { username: 'bob', password: 'bob-pw' }), 0, 'another user');
-		const bad = v === 5 ? 0x86 : (weft ? 0x04 : 0x05);
+		const bad = weft ? (v === 5 ? 0x86 : 0x04) : (v === 5 ? 0x87 : 0x05);
 		eq(await connackCode(v, { username: 'alice', password: 'bob-pw' }), bad, 'wrong password');
 		eq(await connackCode(v, { username: 'mallory', password: 'x' }), bad, 'unknown user');
 		eq(await connackCode(v, { username: 'alice' }), bad, 'no password');
@@ -128,14 +130,15 @@ test('sec_anonymous_allowed_v5', async () => {
 	if (!f) return;
 	await secureBroker(f, { allow_anonymous: 'true' });
 	eq(await connackCode(5, {}), 0, 'anonymous, allowed');
-	eq(await connackCode(5, { username: 'alice', password: 'nope' }), 0x86,
+	eq(await connackCode(5, { username: 'alice', password: 'nope' }), weft ? 0x86 : 0x87,
 		'a username still needs its password');
 });
 
 test('sec_rate_limit_v5', async () => {
 	const f = await files();
-	if (!f || !weft) return;
+	if (!f) return;
 	await secureBroker(f, { allow_anonymous: 'false' });
+	if (!weft) return; // mosquitto has no limit on failures
 	for (let i = 0; i < 5; i++)
 		eq(await connackCode(5, { username: 'alice', password: 'guess' + i }), 0x86, `failure ${i + 1}`);
 	eq(await connackCode(5, { username: 'alice', password: 'alice-pw' }), 0x9F,
@@ -198,7 +201,7 @@ test('sec_acl_rules_v5', async () => {
 	await sleep(300);
 	eq(got(alice), ['alice/b x', 'clients/c-alice/m x', 'news/n x', 'users/alice/inbox x'],
 		'alice gets what she may read');
-	eq(got(anon), ['public/p x'], 'anonymous gets public/# only');
+	eq([...new Set(got(anon))], ['public/p x'], 'anonymous gets public/# only'); // mosquitto: once per overlapping subscription
 });
 
 test('sec_acl_v311', async () => {
@@ -249,8 +252,9 @@ test('sec_will_v5', async () => {
 
 test('sec_sighup_reload_v5', async () => {
 	const f = await files();
-	if (!f || !weft) return;
+	if (!f) return;
 	const b = await secureBroker(f);
+	if (!weft) return; // mosquitto 2.0 does not reload password files on SIGHUP
 	const alice = await as('alice', 5, { clientId: 'c-alice' });
 	eq(await pubCode(alice, 'extra/x', 'a'), 0x87, 'before the reload: extra/x denied');
 	writeFileSync(f.acl, ACL + 'user alice\ntopic write extra/#\n');

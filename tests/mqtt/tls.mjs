@@ -11,13 +11,15 @@
 // not hold up other clients on a broker with one worker: TLS waits in the connection's task;
 // a websockets listener with a certfile carries MQTT.js over wss://.
 //
-// Skipped where openssl, mosquitto_pub or mosquitto_sub is missing.
+// Skipped where openssl, mosquitto_pub or mosquitto_sub is missing. All pass against mosquitto
+// 2.0.11 too, but for tls_identity_as_username, which it refuses with 0x86 (checked against
+// weft-mqtt only).
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { test, startBroker, client, freePort, run, start, until, eq, assert, sleep } from './lib.mjs';
+import { test, startBroker, client, freePort, run, start, until, eq, assert, sleep, BROKER } from './lib.mjs';
 
 const have = (tool) => process.env.PATH.split(':').some((d) => existsSync(`${d}/${tool}`));
 const dirs = [];
@@ -54,7 +56,7 @@ function certs() {
 async function tlsBroker(c, opts = [], extra = {}) {
 	const tlsport = await freePort();
 	const lines = [`${tlsport} 127.0.0.1`, `certfile ${c.f('server.crt')}`, `keyfile ${c.f('server.key')}`, ...opts];
-	const b = await startBroker({ listener: lines.join('\n'), ...extra });
+	const b = await startBroker({ listener: lines.join('\n'), ...extra }, { user: os.userInfo().username });
 	b.tlsport = tlsport;
 	return b;
 }
@@ -122,6 +124,7 @@ test('tls_identity_as_username', async () => {
 		{ acl_file: c.f('acl') });
 	const tlsOpts = { protocol: 'mqtts', ca: readFileSync(c.f('ca.crt')), cert: readFileSync(c.f('alice.crt')),
 		key: readFileSync(c.f('alice.key')), servername: 'localhost' };
+	if (BROKER !== 'weft') return; // mosquitto 2.0.11 refuses these clients (0x86) even so
 	const a = await client(5, { ...tlsOpts, username: 'mallory' }, b.tlsport);
 	const ok = await a.publishAsync('alice/x', 'x', { qos: 1 });
 	eq(ok && ok.reasonCode ? ok.reasonCode : 0, 0, 'the CN alice may write alice/x');
