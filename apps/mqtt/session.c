@@ -513,12 +513,29 @@ static void inflight_append(session *s, dlv *d)
 }
 
 /* Send d now: it becomes inflight (or is dropped when too large). Lock held, connected. */
+/* A stored delivery dropped (expired, too large for the client): the store forgets it too.
+ * The store deletes deliveries by packet id, so one that never had an id gets one first. */
+static void forget(session *s, dlv *d)
+{
+	if (!d->mid)
+		return;
+	if (!d->pid) {
+		d->pid = new_pid(s);
+		persist_inflight(s, d);
+	}
+	persist_ack(s, d->pid);
+}
+
 static void start(session *s, dlv *d, int64_t now)
 {
 	d->pid = new_pid(s);
 	d->state = 0;
 	if (encode_pub(s, d->m, d->qos, d->pid, 0, d->retain, d->subid, d->nsub, now) < 0) {
 		stats_add(ST_PUB_DROPPED, 1);
+		if (d->mid) {
+			persist_inflight(s, d);
+			persist_ack(s, d->pid);
+		}
 		msg_unref(d->m);
 		pool_free(d);
 		return;
@@ -541,6 +558,7 @@ static void fill_window(session *s)
 			s->queue_tail = NULL;
 		s->nqueued--;
 		if (msg_expired(d->m, now)) {
+			forget(s, d);
 			msg_unref(d->m);
 			pool_free(d);
 			continue;
@@ -809,6 +827,8 @@ void session_resume(session *s, conn *by)
 				memcpy(out_room(s, n), pkt, n);
 			}
 			if (r < 0) { /* too large for this connection: dropped */
+				if (d->mid)
+					persist_ack(s, d->pid);
 				if (prev)
 					prev->next = next;
 				else

@@ -5,17 +5,19 @@
 // session expiry interval) with their subscriptions and the QoS 1/2 messages queued for them
 // while they were away, after a restart and after kill -9; an inflight QoS 1 message (sent, not
 // acknowledged) is sent again with DUP and its packet id after kill -9; a clean session leaves
-// nothing behind. The crash test kills the broker with SIGKILL five times under QoS 1 load
-// from a publisher that records every PUBACK it got, restarts it on the same database each
-// time, and checks that a persistent subscriber receives every acknowledged message: zero loss.
+// nothing behind; messages that expire while queued are not delivered and, like acknowledged
+// ones, leave no row in the database. The crash test kills the broker with SIGKILL five times
+// under QoS 1 load from a publisher that records every PUBACK it got, restarts it on the same
+// database each time, and checks that a persistent subscriber receives every acknowledged
+// message: zero loss.
 //
 // weft-mqtt only (BROKER=mosquitto writes its database only at intervals and on exit, so it
 // loses acknowledged messages on kill -9 by design).
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { test, startBroker, crashBroker, stopBroker, client, raw, connectPacket, subscribePacket,
-	until, eq, assert, sleep, BROKER, PUBLISH } from './lib.mjs';
+	run, until, eq, assert, sleep, BROKER, PUBLISH } from './lib.mjs';
 
 const dirs = [];
 process.on('exit', () => { for (const d of dirs) rmSync(d, { recursive: true, force: true }); });
@@ -153,4 +155,35 @@ test('persist_crash_zero_loss', async () => {
 		`${received.size} received, ${missing().length} acknowledged but lost`);
 	assert(acked.size > 100, `enough acknowledged messages to mean something (${acked.size})`);
 	eq(missing().length, 0, 'acknowledged messages lost');
+});
+
+// Messages that expire while queued, or are acknowledged, leave nothing in the database.
+test('persist_expired_forgotten_v5', async () => {
+	if (BROKER !== 'weft') return;
+	const conf = store();
+	await startBroker(conf);
+	const persistent = { clean: false, properties: { sessionExpiryInterval: 3600 } };
+	let sub = await client(5, { clientId: 'exp', ...persistent });
+	await sub.subscribeAsync('exp/#', { qos: 1 });
+	sub.end(true);
+	await sleep(100);
+	const pub = await client(5);
+	for (let i = 0; i < 3; i++)
+		await pub.publishAsync('exp/short', `gone ${i}`, { qos: 1, properties: { messageExpiryInterval: 1 } });
+	await pub.publishAsync('exp/long', 'kept', { qos: 1 });
+	await sleep(1300);
+	sub = await client(5, { clientId: 'exp', ...persistent });
+	await until(() => sub.messages.length >= 1, 3000, 'the message that did not expire');
+	await sleep(300);
+	eq(got(sub), ['exp/long kept'], 'expired messages are not delivered');
+	const wrong = await stopBroker();
+	if (wrong) throw new Error(wrong);
+	if (existsSync('/usr/bin/sqlite3')) {
+		const db = path.join(conf.persistence_location, 'weft-mqtt.db');
+		const r = await run('sqlite3', [db, 'SELECT (SELECT count(*) FROM queue), (SELECT count(*) FROM msgs)']);
+		eq(r.stdout.trim(), '0|0', `queued deliveries and messages left in the database (${r.stderr})`);
+	} else {
+		console.log('the database check skipped: sqlite3 is not installed');
+	}
+	await startBroker(conf);
 });
