@@ -42,3 +42,4 @@ mqtt-ws-fuzz: $(B)/fuzz/mqtt_ws
 	$(B)/fuzz/mqtt_ws -max_total_time=$(FUZZ_TIME) -timeout=5 -rss_limit_mb=1024 \
 		-max_len=4096 -print_final_stats=1 $(B)/fuzz/ws-corpus
 .PHONY: mqtt-ws-fuzz
+FUZZ += mqtt-ws-fuzz
