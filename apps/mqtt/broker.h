@@ -57,6 +57,8 @@ typedef struct broker_conf {
 	char password_file[256], acl_file[256], persistence_location[256];
 	int persistence;
 	int allow_plain_passwords;    /* accept clear-text user:password lines in password_file */
+	int metrics_port;             /* metrics_listener: Prometheus /metrics over HTTP; 0: off */
+	char metrics_host[64];        /* its bind address; "": 127.0.0.1 */
 } broker_conf;
 
 extern broker_conf conf;
@@ -368,7 +370,12 @@ void *route_grow(route_buf *b, size_t elem, uint32_t need);
 
 enum {
 	ST_MSG_RECV, ST_MSG_SENT, ST_PUB_RECV, ST_PUB_SENT, ST_PUB_DROPPED, ST_BYTES_RECV,
-	ST_BYTES_SENT, ST_CONNECTS, ST_COUNT
+	ST_BYTES_SENT, ST_CONNECTS,
+	ST_DROP_QOS0,       /* QoS 0 deliveries dropped: client offline or qos0_queue_bytes full */
+	ST_DROP_QUEUE_FULL, /* QoS 1/2 deliveries dropped: max_queued_messages reached */
+	ST_DROP_EXPIRED,    /* queued deliveries whose message expired before they were sent */
+	ST_QUEUED,          /* a gauge: +1 and -1 (mod 2^64) as deliveries enter and leave queues */
+	ST_COUNT
 };
 void stats_init(void);
 void stats_add(int which, uint64_t n);
@@ -376,6 +383,13 @@ uint64_t stats_sum(int which);
 /* The $SYS publisher task's body (runs until shutdown). */
 void stats_task(void *arg);
 extern int64_t broker_start;
+
+/* ---- the Prometheus endpoint (metrics.c) --------------------------------------------------- */
+
+/* Listen on conf.metrics_port (when set) and serve GET /metrics: 0, or -1 with a message. */
+int metrics_start(void);
+/* Stop listening and wait for the clients being served (their sockets are shut). */
+void metrics_stop(void);
 extern atomic_int broker_stopping;
 
 #endif

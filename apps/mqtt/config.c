@@ -179,6 +179,15 @@ static int option(broker_conf *c, const char *file, int line, char **w, int nw)
 		c->max_keepalive = (int)n;
 		return 0;
 	}
+	if (!strcmp(o, "metrics_listener")) { /* metrics_listener PORT [BIND_ADDRESS] */
+		if (number(file, line, o, v, 1, 65535, &n) < 0)
+			return -1;
+		c->metrics_port = (int)n;
+		strcpy(c->metrics_host, "127.0.0.1");
+		if (nw > 2 && host(file, line, w[2], c->metrics_host) < 0)
+			return -1;
+		return 0;
+	}
 	if (!strcmp(o, "sys_interval")) {
 		if (number(file, line, o, v, 0, 86400, &n) < 0)
 			return -1;
@@ -260,7 +269,7 @@ static void usage(FILE *o)
 		"                          allow_plain_passwords, acl_file, protocol websockets,\n"
 		"                          certfile, keyfile, cafile, ciphers, require_certificate,\n"
 		"                          use_identity_as_username, persistence,\n"
-		"                          persistence_location\n"
+		"                          persistence_location, metrics_listener\n"
 		"  -p, --port PORT         listen on PORT (default 1883) on 127.0.0.1, unless the\n"
 		"                          configuration names listeners\n"
 		"  -v, --verbose           log connections on stderr\n"

@@ -107,6 +107,8 @@ static int broker(void *arg)
 				l->protocol == PROTO_WEBSOCKETS ? " (websockets)" : "",
 				ltls[i] ? " (TLS)" : "");
 	}
+	if (metrics_start() < 0)
+		return 1;
 	weft_spawn_opts o = { .name = "mqtt-accept" };
 	weft_task *acc[MAX_LISTENERS];
 	for (int i = 0; i < conf.nlisteners; i++)
@@ -134,6 +136,7 @@ static int broker(void *arg)
 		weft_join(acc[i]);
 		weft_close(lfds[i]);
 	}
+	metrics_stop();
 	conns_shutdown();
 	weft_cancel(rp);
 	weft_join(rp);

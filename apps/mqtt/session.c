@@ -111,6 +111,7 @@ static void session_end(session *s)
 		subs = s->subs, s->subs = NULL;
 		q = s->queue, s->queue = s->queue_tail = NULL;
 		inf = s->inflight, s->inflight = s->inflight_tail = NULL;
+		stats_add(ST_QUEUED, -(uint64_t)s->nqueued);
 		s->nqueued = s->ninflight = 0;
 		will = s->will, s->will = NULL;
 		pool_free(s->out);
@@ -276,6 +277,7 @@ void session_restore_dlv(session *s, msg *m, uint8_t qos, uint64_t mid, uint16_t
 				s->queue = d;
 			s->queue_tail = d;
 			s->nqueued++;
+			stats_add(ST_QUEUED, 1);
 		}
 	}
 }
@@ -557,7 +559,9 @@ static void fill_window(session *s)
 		if (!s->queue)
 			s->queue_tail = NULL;
 		s->nqueued--;
+		stats_add(ST_QUEUED, -(uint64_t)1);
 		if (msg_expired(d->m, now)) {
+			stats_add(ST_DROP_EXPIRED, 1);
 			forget(s, d);
 			msg_unref(d->m);
 			pool_free(d);
@@ -602,9 +606,10 @@ void session_deliver(session *s, msg *m, int qos, int retain, const uint32_t *su
 		return;
 	}
 	if (qos == 0) {
-		if (!s->conn || s->out_len > conf.qos0_queue_bytes)
+		if (!s->conn || s->out_len > conf.qos0_queue_bytes) {
 			dropped = true;
-		else
+			stats_add(ST_DROP_QOS0, 1);
+		} else
 			dropped = encode_pub(s, m, 0, 0, 0, retain, subids, nsub, now) < 0;
 	} else if (s->conn && !s->queue && s->ninflight < s->window) {
 		dlv *d = pool_alloc(sizeof *d);
@@ -625,8 +630,10 @@ void session_deliver(session *s, msg *m, int qos, int retain, const uint32_t *su
 			s->queue = d;
 		s->queue_tail = d;
 		s->nqueued++;
+		stats_add(ST_QUEUED, 1);
 	} else {
 		dropped = true;
+		stats_add(ST_DROP_QUEUE_FULL, 1);
 	}
 	flush = want_flush(s, by);
 	weft_mutex_unlock(&s->lock);
