@@ -12,6 +12,7 @@ import './security.mjs';
 import './ws.mjs';
 import './tls.mjs';
 import './persist.mjs';
+import './metrics.mjs';
 
 const arg = process.argv[2];
 if (!arg || arg === '--list') {
