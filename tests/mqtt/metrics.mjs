@@ -4,7 +4,8 @@
 // `name{labels} value` after a # TYPE line for its name, no name typed twice); the counters
 // rise with real traffic (N QoS 1 messages through the broker raise messages received and sent
 // by at least N, bytes too); per-worker scheduler counters are there; a malformed request line
-// gets 400, an unknown path 404, another method 405, an endless head 431; clients that connect
+// gets 400, an unknown path 404, another method 405, an endless head 431; the queued gauge and
+// the drop counters by reason follow a session away (max_queued_messages); clients that connect
 // and send nothing do not keep another client from its answer, and are cut at the read deadline.
 // mosquitto has no such endpoint: against it the tests only start it and pass.
 import net from 'node:net';
@@ -148,4 +149,33 @@ test('metrics_silent_clients', async () => {
 	let closed = 0;
 	for (const s of silent) s.once('close', () => closed++);
 	await until(() => closed === silent.length, 8000, 'the silent clients to be closed');
+});
+
+test('metrics_queued_and_dropped', async () => {
+	if (BROKER === 'mosquitto') return void (await startBroker());
+	const port = await freePort();
+	await startBroker({ metrics_listener: `${port} 127.0.0.1`, max_queued_messages: 3 });
+	// A persistent 3.1.1 session away: QoS 1 messages queue (3 of them), the rest are dropped.
+	let s = await client(4, { clientId: 'away', clean: false });
+	await s.subscribeAsync('q/#', { qos: 1 });
+	await new Promise((r) => s.end(false, {}, r));
+	const p = await client(4);
+	for (let i = 0; i < 5; i++) await p.publishAsync('q/x', `m${i}`, { qos: 1 });
+	await p.publishAsync('q/x', 'zero', { qos: 0 });
+	let m = await scrape(port);
+	eq(m.get('weft_mqtt_queued_messages'), 3, 'queued while away');
+	eq(m.get('weft_mqtt_deliveries_dropped_total{reason="queue_full"}'), 2, 'dropped beyond max_queued_messages');
+	eq(m.get('weft_mqtt_deliveries_dropped_total{reason="qos0_queue_full"}'), 1, 'QoS 0 to an offline client');
+	s = await client(4, { clientId: 'away', clean: false });
+	await until(() => s.messages.length >= 3, 3000, 'the 3 queued messages');
+	m = await scrape(port);
+	eq(m.get('weft_mqtt_queued_messages'), 0, 'queued after the session came back');
+	// A session discarded with messages queued (clean session from the same id) takes them along.
+	let g = await client(4, { clientId: 'gone', clean: false });
+	await g.subscribeAsync('g/#', { qos: 1 });
+	await new Promise((r) => g.end(false, {}, r));
+	for (let i = 0; i < 2; i++) await p.publishAsync('g/x', `g${i}`, { qos: 1 });
+	eq((await scrape(port)).get('weft_mqtt_queued_messages'), 2, 'queued for the second session');
+	g = await client(4, { clientId: 'gone', clean: true });
+	eq((await scrape(port)).get('weft_mqtt_queued_messages'), 0, 'queued after a clean start dropped the session');
 });
