@@ -79,17 +79,22 @@ export async function startBroker(conf = {}, mosquittoOnly = {}) {
 	child.stderr.on('data', (d) => { log += d; });
 	let exited = false, status = null;
 	child.on('exit', (code, signal) => { exited = true; status = { code, signal }; });
+	// Every listener the configuration names (TLS, websockets, metrics), not only the first:
+	// a slow start (under TSan) opens them one after the other.
+	const ports = [...lines.join('\n').matchAll(/^(?:listener|metrics_listener) (\d+)/gm)].map((m) => +m[1]);
 	const end = Date.now() + 5000;
-	for (;;) {
-		if (exited) throw new Error(`${cmd} ${args.join(' ')} exited: ${log}`);
-		const ok = await new Promise((resolve) => {
-			const s = net.connect(port, '127.0.0.1');
-			s.on('connect', () => { s.destroy(); resolve(true); });
-			s.on('error', () => resolve(false));
-		});
-		if (ok) break;
-		if (Date.now() > end) throw new Error(`${cmd} did not listen on ${port}: ${log}`);
-		await sleep(20);
+	for (const p of ports) {
+		for (;;) {
+			if (exited) throw new Error(`${cmd} ${args.join(' ')} exited: ${log}`);
+			const ok = await new Promise((resolve) => {
+				const s = net.connect(p, '127.0.0.1');
+				s.on('connect', () => { s.destroy(); resolve(true); });
+				s.on('error', () => resolve(false));
+			});
+			if (ok) break;
+			if (Date.now() > end) throw new Error(`${cmd} did not listen on ${p}: ${log}`);
+			await sleep(20);
+		}
 	}
 	broker = { port, child, dir, log: () => log, exited: () => exited, status: () => status };
 	return broker;
