@@ -450,49 +450,33 @@ static int may_wait(int64_t deadline)
 	return 0;
 }
 
-/* Queue `me` on q, drop the lock, park, and clean up after a wait nobody finished. */
-static int park_on(weft_chan *c, struct waitq *q, struct waiter *me, const char *why,
-		   int64_t deadline)
-{
-	me->c = c;
-	me->w = wait_begin(why, c);
-	enqueue(q, me);
-	chan_unlock(&c->lock);
-	int r = wait_park(me->w, deadline);
-	if (r != 0 && r != -EPIPE)
-		leave(me, q);
-	return r;
-}
-
 /* ---- public operations ------------------------------------------------------------------ */
 
-/* The waiting halves, called with the lock held, out of line: the waiter record and the
- * registers they need would otherwise make every send and receive pay for a large frame. */
-static __attribute__((noinline)) int send_wait(weft_chan *c, const void *p, size_t len,
-					       int64_t deadline)
+/* The waiting half of a send or receive, called with the lock held: queue a waiter, drop the
+ * lock, park, and clean up after a wait nobody finished. Out of line: the waiter record and the
+ * registers it needs would otherwise make every send and receive pay for a large frame. */
+static __attribute__((noinline)) int wait_for(weft_chan *c, bool send, const void *src,
+					      void *dst, size_t len, int64_t deadline)
 {
 	int r = may_wait(deadline);
 	if (r) {
 		chan_unlock(&c->lock);
 		return r;
 	}
+	struct waitq *q = send ? &c->sendq : &c->recvq;
 	struct waiter *won = NULL;
-	struct waiter me = { .src = p, .len = len, .won = &won };
-	return park_on(c, &c->sendq, &me, "chan send", deadline);
-}
-
-static __attribute__((noinline)) int recv_wait(weft_chan *c, void *buf, size_t cap,
-					       int64_t deadline)
-{
-	int r = may_wait(deadline);
-	if (r) {
-		chan_unlock(&c->lock);
-		return r;
-	}
-	struct waiter *won = NULL;
-	struct waiter me = { .dst = buf, .len = cap, .won = &won };
-	r = park_on(c, &c->recvq, &me, "chan recv", deadline);
-	return r == 0 ? (int)me.got : r;
+	struct waiter me = { .len = len, .won = &won, .c = c };
+	if (send)
+		me.src = src;
+	else
+		me.dst = dst;
+	me.w = wait_begin(send ? "chan send" : "chan recv", c);
+	enqueue(q, &me);
+	chan_unlock(&c->lock);
+	r = wait_park(me.w, deadline);
+	if (r != 0 && r != -EPIPE)
+		leave(&me, q);
+	return r != 0 || send ? r : (int)me.got;
 }
 
 static int chan_send(weft_chan *c, const void *p, size_t len, int64_t deadline)
@@ -505,7 +489,7 @@ static int chan_send(weft_chan *c, const void *p, size_t len, int64_t deadline)
 	chan_lock(&c->lock);
 	int r = send_now(c, p, len, &wk);
 	if (r == -EAGAIN)
-		return send_wait(c, p, len, deadline);
+		return wait_for(c, true, p, NULL, len, deadline);
 	chan_unlock(&c->lock);
 	if (wk)
 		wake(c, wk, 0);
@@ -520,7 +504,7 @@ static int chan_recv(weft_chan *c, void *buf, size_t cap, int64_t deadline)
 	chan_lock(&c->lock);
 	int r = recv_now(c, buf, cap, &wk);
 	if (r == -EAGAIN)
-		return recv_wait(c, buf, cap, deadline);
+		return wait_for(c, false, NULL, buf, cap, deadline);
 	chan_unlock(&c->lock);
 	if (wk)
 		wake(c, wk, 0);
