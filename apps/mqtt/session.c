@@ -770,16 +770,23 @@ static void done(session *s, dlv *d)
 	fill_window(s);
 }
 
-void session_puback(session *s, uint16_t pid, conn *by)
+/* The last acknowledgement of an outbound flow (PUBACK of QoS 1, PUBCOMP of QoS 2 after
+ * PUBREC): the delivery is done. */
+static void flow_ends(session *s, uint16_t pid, int qos, int state, conn *by)
 {
 	bool flush = false;
 	WEFT_WITH_LOCK(&s->lock) {
-		dlv *d = inflight_find(s, pid, 1, 0, true);
+		dlv *d = inflight_find(s, pid, qos, state, true);
 		if (d)
 			done(s, d);
 		flush = want_flush(s, by);
 	}
 	after(s, by, flush);
+}
+
+void session_puback(session *s, uint16_t pid, conn *by)
+{
+	flow_ends(s, pid, 1, 0, by);
 }
 
 void session_pubrec(session *s, uint16_t pid, int reason, conn *by)
@@ -807,14 +814,7 @@ void session_pubrec(session *s, uint16_t pid, int reason, conn *by)
 
 void session_pubcomp(session *s, uint16_t pid, conn *by)
 {
-	bool flush = false;
-	WEFT_WITH_LOCK(&s->lock) {
-		dlv *d = inflight_find(s, pid, 2, 1, true);
-		if (d)
-			done(s, d);
-		flush = want_flush(s, by);
-	}
-	after(s, by, flush);
+	flow_ends(s, pid, 2, 1, by);
 }
 
 void session_resume(session *s, conn *by)
