@@ -1029,6 +1029,7 @@ static void print_stats(void)
 			(unsigned long long)st[i].switches, (unsigned long long)st[i].parks,
 			(unsigned long long)st[i].wakes, (unsigned long long)st[i].steals,
 			(double)st[i].idle_ns / 1e6);
+	waitstat_print();
 }
 
 static void discard_task(struct stack *s, void *ctx)
@@ -1099,7 +1100,6 @@ int weft_run(int (*main_task)(void *), void *arg)
 		if (i < started || S.w[i]->started)
 			pthread_join(S.w[i]->thread, NULL);
 	print_stats();
-	waitstat_print();
 	waitstat_stop();
 	trace_stop();
 	worker_leave(S.w[0]);

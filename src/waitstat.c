@@ -130,7 +130,7 @@ void waitstat_print(void)
 {
 	weft_wait_stats st[KINDS];
 	int n = weft_stats_waits(st, KINDS);
-	if (n <= 0 || !env_set("WEFT_STATS"))
+	if (n <= 0)
 		return;
 	fprintf(stderr, "  waited for             waits    total ms   mean us\n");
 	for (int i = 0; i < n; i++)

@@ -11,7 +11,7 @@
 extern atomic_bool waitstat_on __attribute__((visibility("hidden")));
 
 void waitstat_start(int workers); /* weft_run begins: on with WEFT_STATS or WEFT_TRACE */
-void waitstat_print(void);        /* the table on stderr, if on */
+void waitstat_print(void);        /* the table on stderr, if counting (WEFT_STATS=1 does) */
 void waitstat_stop(void);
 
 /* Count one wait for `what` (a wait reason, a static string) that lasted ns. */
