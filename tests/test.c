@@ -37,6 +37,26 @@ void test_await(atomic_int *v, int want)
 	}
 }
 
+static char tmpdir[64];
+
+static void rm_tmpdir(void)
+{
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", tmpdir);
+}
+
+const char *test_tmpdir(void)
+{
+	if (!tmpdir[0]) {
+		strcpy(tmpdir, "/tmp/weft-test-XXXXXX");
+		CHECK(mkdtemp(tmpdir));
+		atexit(rm_tmpdir);
+	}
+	return tmpdir;
+}
+
 int test_spawn(const char *cmd, char *err, size_t cap)
 {
 	char full[1024];

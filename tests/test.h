@@ -70,6 +70,10 @@ void test_await(atomic_int *v, int want);
 /* Run `cmd` (via /bin/sh) and return its exit status (-signal when killed); stderr is
  * captured into err (NUL-terminated, cut to cap). */
 int test_spawn(const char *cmd, char *err, size_t cap);
+/* A scratch directory for this test process, made on first use and removed when the test
+ * passes (a failing test ends with _exit and keeps it to look at). */
+const char *test_tmpdir(void);
+
 /* argv[0] of the test binary, to re-run itself in a child process. */
 extern const char *test_argv0;
 #endif

@@ -234,26 +234,10 @@ TEST(parsing_quirks)
 	acl_table_free(t);
 }
 
-static char tmpdir[256];
-
-/* The scratch directory goes when the test passes (a failing one keeps it to look at). */
-static void rm_tmpdir(void)
-{
-	char cmd[300];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", tmpdir);
-}
-
 static const char *tmpfile_with(const char *name, const char *text)
 {
 	static char path[512];
-	if (!tmpdir[0]) {
-		snprintf(tmpdir, sizeof tmpdir, "/tmp/weft-acl-XXXXXX");
-		CHECK(mkdtemp(tmpdir));
-		atexit(rm_tmpdir);
-	}
-	snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+	snprintf(path, sizeof path, "%s/%s", test_tmpdir(), name);
 	FILE *f = fopen(path, "w");
 	CHECK(f);
 	fputs(text, f);

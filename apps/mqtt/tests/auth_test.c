@@ -16,26 +16,10 @@
 #define MQTT_TEST_DATA "apps/mqtt/tests/data"
 #endif
 
-static char tmpdir[256];
-
-/* The scratch directory goes when the test passes (a failing one keeps it to look at). */
-static void rm_tmpdir(void)
-{
-	char cmd[300];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", tmpdir);
-}
-
 static const char *tmp(const char *name)
 {
 	static char path[512];
-	if (!tmpdir[0]) {
-		snprintf(tmpdir, sizeof tmpdir, "/tmp/weft-auth-XXXXXX");
-		CHECK(mkdtemp(tmpdir));
-		atexit(rm_tmpdir);
-	}
-	snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+	snprintf(path, sizeof path, "%s/%s", test_tmpdir(), name);
 	return path;
 }
 

@@ -21,26 +21,12 @@
 #include "store.h"
 #include "test.h"
 
-static char dir[128];
-
-static void cleanup(void)
-{
-	if (dir[0]) {
-		char cmd[256];
-		snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-		if (system(cmd) != 0)
-			fprintf(stderr, "could not remove %s\n", dir);
-	}
-}
-
-/* A fresh directory; the store goes into dir/db (store_open creates it). */
+/* A fresh store directory in the test's scratch directory (store_open creates it). */
 static const char *fresh(void)
 {
 	static char db[160];
-	strcpy(dir, "/tmp/weft-store-XXXXXX");
-	CHECK(mkdtemp(dir));
-	atexit(cleanup);
-	snprintf(db, sizeof db, "%s/db", dir);
+	static int n;
+	snprintf(db, sizeof db, "%s/db%d", test_tmpdir(), ++n);
 	return db;
 }
 

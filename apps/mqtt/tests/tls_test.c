@@ -23,26 +23,15 @@
 #include "test.h"
 #include "tls.h"
 
-static char dir[128];
 static char path_buf[8][256];
 
 static const char *file(int slot, const char *name)
 {
-	snprintf(path_buf[slot], sizeof path_buf[slot], "%s/%s", dir, name);
+	snprintf(path_buf[slot], sizeof path_buf[slot], "%s/%s", test_tmpdir(), name);
 	return path_buf[slot];
 }
 
-static void cleanup(void)
-{
-	if (dir[0]) {
-		char cmd[256];
-		snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-		if (system(cmd) != 0)
-			fprintf(stderr, "could not remove %s\n", dir);
-	}
-}
-
-/* Run a shell command in dir (from a task: on the blocking pool). Returns its exit status. */
+/* Run a shell command in the scratch directory (from a task: on the blocking pool). Returns its exit status. */
 struct shell {
 	const char *cmd;
 	int rc;
@@ -51,7 +40,7 @@ static void shell_run(void *arg)
 {
 	struct shell *s = arg;
 	char full[4096];
-	snprintf(full, sizeof full, "cd '%s' && { %s ; }", dir, s->cmd);
+	snprintf(full, sizeof full, "cd '%s' && { %s ; }", test_tmpdir(), s->cmd);
 	int st = system(full);
 	s->rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
@@ -95,9 +84,7 @@ static void setup(void)
 		printf("skipped: no openssl command\n");
 		exit(0);
 	}
-	strcpy(dir, "/tmp/weft-tls-XXXXXX");
-	CHECK(mkdtemp(dir));
-	atexit(cleanup);
+	test_tmpdir(); /* made here, before tasks and pool threads use it */
 	if (shell(make_certs) != 0) {
 		shell("cat gen.log >&2");
 		CHECK(!"openssl could not make the test certificates");
