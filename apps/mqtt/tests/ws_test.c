@@ -532,6 +532,27 @@ static bool write_all(int fd, const void *p, size_t n)
 static int broker_port;
 static atomic_int bytes_up, frames_down;
 
+/* A real mosquitto on a free port (broker_port), accepting connections when this returns. */
+static pid_t start_mosquitto(void)
+{
+	close(listen_port(&broker_port));
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		char port[16];
+		snprintf(port, sizeof port, "%d", broker_port);
+		execlp("sh", "sh", "-c", "PATH=$PATH:/usr/sbin exec mosquitto -p \"$0\" >/dev/null 2>&1",
+		       port, (char *)NULL);
+		_exit(127);
+	}
+	int s = -1;
+	for (int i = 0; i < 500 && (s = dial(broker_port)) < 0; i++)
+		usleep(10000);
+	CHECK(s >= 0);
+	close(s);
+	return pid;
+}
+
 /* One WebSocket client: ws.c on its side, plain MQTT to the broker on the other. */
 static void *relay(void *arg)
 {
@@ -620,24 +641,9 @@ TEST(mqttjs_through_ws)
 		return;
 	}
 	signal(SIGPIPE, SIG_IGN);
-	int l = listen_port(&broker_port);
-	close(l); /* a free port for mosquitto */
-	char dir[] = "/tmp/weft-ws-XXXXXX", cmd[4096], out[4096];
-	CHECK(mkdtemp(dir));
-	pid_t broker = fork();
-	CHECK(broker >= 0);
-	if (broker == 0) {
-		char port[16];
-		snprintf(port, sizeof port, "%d", broker_port);
-		execlp("sh", "sh", "-c", "PATH=$PATH:/usr/sbin exec mosquitto -p \"$0\" >/dev/null 2>&1",
-		       port, (char *)NULL);
-		_exit(127);
-	}
-	int s = -1;
-	for (int i = 0; i < 500 && (s = dial(broker_port)) < 0; i++)
-		usleep(10000);
-	CHECK(s >= 0);
-	close(s);
+	pid_t broker = start_mosquitto();
+	const char *dir = test_tmpdir();
+	char cmd[4096], out[4096];
 	int wsport;
 	int ls = listen_port(&wsport);
 	pthread_t acc;
@@ -781,24 +787,9 @@ TEST(chromium_mqttjs_through_ws)
 	page_js = js;
 	fclose(bf);
 	signal(SIGPIPE, SIG_IGN);
-	int l = listen_port(&broker_port);
-	close(l);
-	char dir[] = "/tmp/weft-wsc-XXXXXX", cmd[4096], out[4096];
-	CHECK(mkdtemp(dir));
-	pid_t broker = fork();
-	CHECK(broker >= 0);
-	if (broker == 0) {
-		char port[16];
-		snprintf(port, sizeof port, "%d", broker_port);
-		execlp("sh", "sh", "-c", "PATH=$PATH:/usr/sbin exec mosquitto -p \"$0\" >/dev/null 2>&1",
-		       port, (char *)NULL);
-		_exit(127);
-	}
-	int s = -1;
-	for (int i = 0; i < 500 && (s = dial(broker_port)) < 0; i++)
-		usleep(10000);
-	CHECK(s >= 0);
-	close(s);
+	pid_t broker = start_mosquitto();
+	const char *dir = test_tmpdir();
+	char cmd[4096], out[4096];
 	int ls = listen_port(&page_wsport), httpport;
 	int hs = listen_port(&httpport);
 	pthread_t acc, web;
