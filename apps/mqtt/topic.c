@@ -470,9 +470,8 @@ static void push_node(route_buf *b, tnode *n)
 static int match(const char *topic, uint16_t len, session *from, route_buf *out,
 		 route_buf *front, route_buf *next)
 {
-	static uint32_t hplus, hhash;
-	if (!hplus)
-		hplus = hash("+", 1), hhash = hash("#", 1);
+	/* per call, not a lazily set static: publishers match concurrently (a race TSan caught) */
+	const uint32_t hplus = hash("+", 1), hhash = hash("#", 1);
 	int nodes = 0;
 	int dollar = len && topic[0] == '$';
 	out->n = front->n = 0;
