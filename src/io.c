@@ -67,6 +67,12 @@ int weft_fd_wait(int fd, uint32_t events, int64_t deadline)
 	return ready_now(fd, events) ? 0 : poll_wait(fd, events, deadline);
 }
 
+/* The wait of an operation that just said EAGAIN on a managed fd: the edge is still to come. */
+static int wait_after_eagain(int fd, uint32_t events, int64_t deadline)
+{
+	return weft_self() ? poll_wait(fd, events, deadline) : thread_wait(fd, events, deadline);
+}
+
 /* Retry op while it says EAGAIN, waiting for `events` in between. */
 #define RETRY(fd, events, deadline, call)                                  \
 	do {                                                               \
@@ -83,7 +89,7 @@ int weft_fd_wait(int fd, uint32_t events, int64_t deadline)
 				continue;                                  \
 			if (errno != EAGAIN && errno != EWOULDBLOCK)       \
 				return -errno;                             \
-			int w_ = weft_fd_wait((fd), (events), (deadline)); \
+			int w_ = wait_after_eagain((fd), (events), (deadline)); \
 			if (w_ < 0)                                        \
 				return w_;                                 \
 		}                                                          \

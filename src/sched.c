@@ -82,6 +82,7 @@ static struct {
 	_Atomic int64_t last_poll;
 	pthread_t monitor;
 	_Atomic uint32_t monitor_word; /* futex: the monitor sleeps on it, stop_all wakes it */
+	_Atomic uint32_t monitor_off;  /* futex: 1 while the monitor sleeps for want of work */
 	struct sigaction old_segv;
 } S = { .gq_lock = PTHREAD_MUTEX_INITIALIZER, .idle_lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -199,6 +200,8 @@ static bool work_anywhere(void)
 }
 
 /* ---- idle workers ------------------------------------------------------------------------ */
+
+static void monitor_resume(void);
 
 /* v was taken off the idle list (lock held then): end its sleep. */
 static void wake_worker(struct worker *v)
@@ -331,6 +334,10 @@ void sched_ready_on(weft_task *t, int home)
 		wake_this(v);
 }
 
+/* A new task goes to the back of the queue. As with sched_ready, another worker is woken only
+ * when this one has more work than the task it runs: a task that spawns one other and then
+ * waits (an accept loop) hands its worker over to it without a futex wake and a steal. If
+ * the spawner computes on instead, the monitor rescues the new task (STUCK_NS). */
 void sched_ready_tail(weft_task *t)
 {
 	task_set_state(t, TASK_RUNNABLE);
@@ -338,10 +345,13 @@ void sched_ready_tail(weft_task *t)
 	if (!w) {
 		global_push(&t, 1);
 		atomic_thread_fence(memory_order_seq_cst);
-	} else {
-		push_local(w, t);
+		wake_idle();
+		return;
 	}
-	wake_idle();
+	bool more = runq_len(&w->q) || atomic_load_explicit(&w->next, memory_order_relaxed);
+	push_local(w, t);
+	if (more)
+		wake_idle();
 }
 
 /* ---- switching --------------------------------------------------------------------------- */
@@ -744,6 +754,7 @@ static void idle(struct worker *w)
 	if (w->in_idle)
 		idle_remove(w);
 	pthread_mutex_unlock(&S.idle_lock);
+	monitor_resume();
 }
 
 /*
@@ -844,6 +855,7 @@ static void stop_all(void)
 	poll_interrupt();
 	atomic_store(&S.monitor_word, 1);
 	futex_wake(&S.monitor_word, 1);
+	monitor_resume();
 }
 
 /* ---- the monitor: rescuing the queue of a worker stuck in one task ---------------------- */
@@ -898,10 +910,33 @@ static void rescue(void)
 		atomic_fetch_sub(&S.nspinning, 1);
 }
 
+/* With every worker asleep nothing can be stuck: the monitor sleeps too, so that an idle
+ * program takes no wake-ups at all, until a worker leaves idle() (monitor_resume). The flag
+ * is set before the last look at nidle, and a worker clears it after leaving the idle list
+ * (both seq_cst): one of the two sees the other. */
+static void monitor_pause(void)
+{
+	atomic_store(&S.monitor_off, 1);
+	if (atomic_load(&S.nidle) == atomic_load(&S.n) && !atomic_load(&S.stop))
+		futex_wait(&S.monitor_off, 1, INT64_MAX);
+	atomic_store(&S.monitor_off, 0);
+	int64_t now = weft_now(); /* the time asleep is nobody's time stuck */
+	for (int i = 0; i < atomic_load(&S.n); i++)
+		S.w[i]->seen_since = now;
+}
+
+static void monitor_resume(void)
+{
+	if (atomic_load(&S.monitor_off) && atomic_exchange(&S.monitor_off, 0))
+		futex_wake(&S.monitor_off, 1);
+}
+
 static void *monitor(void *arg)
 {
 	(void)arg;
 	while (!atomic_load(&S.stop)) {
+		if (atomic_load(&S.nidle) == atomic_load(&S.n))
+			monitor_pause();
 		int64_t now = weft_now();
 		atomic_store_explicit(&sched_coarse_now, now, memory_order_relaxed);
 		int n = atomic_load(&S.n);

@@ -1,9 +1,12 @@
 /* Tests of tasks: spawn, join, yield, sleep, cancel, execute, and their bad input. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -396,6 +399,46 @@ static int idle_program(void *arg)
 TEST(idle_program_uses_no_cpu)
 {
 	RUN(idle_program);
+}
+
+/* Sleeps of every thread of the process so far (voluntary context switches). */
+static long thread_sleeps(void)
+{
+	long sum = 0;
+	DIR *d = opendir("/proc/self/task");
+	for (struct dirent *e; d && (e = readdir(d));) {
+		char path[300], line[128];
+		snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+		FILE *f = fopen(path, "r");
+		while (f && fgets(line, sizeof line, f))
+			if (!strncmp(line, "voluntary_ctxt_switches:", 24))
+				sum += atol(line + 24);
+		if (f)
+			fclose(f);
+	}
+	if (d)
+		closedir(d);
+	return sum;
+}
+
+/* ... and no wake-ups either: nothing polls while every worker sleeps (the monitor included).
+ * A 300 ms sleep costs the worker that holds the deadline a wake-up or two. */
+static int idle_quiet(void *arg)
+{
+	(void)arg;
+	weft_sleep_until(weft_now() + 50000000);
+	long before = thread_sleeps();
+	CHECK_EQ(weft_sleep_until(weft_now() + 300000000), 0);
+	long woke = thread_sleeps() - before;
+	if (woke >= 20)
+		fprintf(stderr, "%ld wake-ups in 300 ms of idling\n", woke);
+	CHECK(woke < 20);
+	return 0;
+}
+
+TEST(idle_program_takes_no_wakeups)
+{
+	RUN(idle_quiet);
 }
 
 TEST(spawn_options_names_and_stack_sizes)

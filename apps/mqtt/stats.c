@@ -98,11 +98,8 @@ static void publish_all(void)
 void stats_task(void *arg)
 {
 	(void)arg;
-	while (!atomic_load(&broker_stopping)) {
+	/* The broker cancels this task when it stops: the sleep then returns -ECANCELED. */
+	do
 		publish_all();
-		int64_t until = weft_now() + (int64_t)conf.sys_interval * 1000000000;
-		while (!atomic_load(&broker_stopping) && weft_now() < until)
-			if (weft_sleep_until(weft_now() + 100000000) < 0)
-				return;
-	}
+	while (weft_sleep_until(weft_now() + (int64_t)conf.sys_interval * 1000000000) == 0);
 }
