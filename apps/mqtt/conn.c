@@ -451,7 +451,10 @@ static int on_publish(conn *c, mq_packet *pk)
 		int r = session_rel_add(s, pk->packet_id, max);
 		if (r < 0)
 			return -MQ_RC_RECEIVE_MAX_EXCEEDED;
-		if (r == 1) { /* a resend of one we have: acknowledge, do not deliver again */
+		if (r == 1) { /* a resend of one we have: acknowledge, do not deliver again - once
+			       * the first copy is durable, which another connection of this
+			       * session may still be waiting for */
+			persist_barrier(c);
 			ack_pub(c, MQ_PUBREC, pk->packet_id, 0);
 			return 0;
 		}
@@ -588,10 +591,12 @@ static int handle(conn *c, const uint8_t *p, size_t n, bool *will)
 		session_pubrec(c->s, pk.packet_id, pk.reason, c);
 		return 0;
 	case MQ_PUBREL: {
+		/* PUBCOMP once the id is forgotten on disk too: the client may reuse it at once,
+		 * and a stale id restored after a crash would swallow its next message */
 		bool had = session_rel_del(c->s, pk.packet_id);
 		if (had)
-			persist_rel(c->s, pk.packet_id, false, NULL);
-		send_ack(c, MQ_PUBCOMP, pk.packet_id, had ? 0 : MQ_RC_PACKET_ID_NOT_FOUND);
+			persist_rel(c->s, pk.packet_id, false, c);
+		ack_pub(c, MQ_PUBCOMP, pk.packet_id, had ? 0 : MQ_RC_PACKET_ID_NOT_FOUND);
 		return 0;
 	}
 	case MQ_PUBCOMP:

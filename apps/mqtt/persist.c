@@ -10,11 +10,26 @@
  * connection waiting at the same time, covers the whole batch.
  *
  * What is stored: persistent sessions (3.1.1 without clean session, 5.0 with an expiry
- * interval), their subscriptions, the QoS 1/2 messages queued or inflight for them, their
- * packet ids once sent and the QoS 2 state, inbound QoS 2 ids between
- * PUBREC and PUBREL, and retained messages. A clean session is never written. Calls that
- * change a session's queue are made under the session's lock, so the store sees each queue in
- * the order the broker built it.
+ * interval), their subscriptions, the QoS 1/2 messages queued or inflight for them (with the
+ * RETAIN flag and subscription ids each receiver gets), their packet ids once sent and the
+ * QoS 2 state, inbound QoS 2 ids between PUBREC and PUBREL, their wills, and retained
+ * messages. A clean session is never written. Calls that change a session's queue are made
+ * under the session's lock, so the store sees each queue in the order the broker built it.
+ *
+ * A message routed to many persistent sessions is stored once: the msg keeps its store id in
+ * m->smid, set by the first store_enqueue, and the others refer to it. The store keeps the
+ * message pinned until the msg's last reference goes (msg_unref calls persist_release), since
+ * until then another session may still be given it (the routing is not finished, or it is a
+ * retained message sent on subscribe).
+ *
+ * Wills (a decision, see docs/weft-mqtt-durability.md): the will of a persistent session is
+ * stored while its connection is up (due `delay` seconds after the connection ends) and while
+ * it waits for its delay (with the time it is due). After a crash the connections that were up
+ * ended without DISCONNECT, so their wills are published after the next start, the delay
+ * counted from the start (MQTT 5.0 lets a server that fails defer wills until it restarts); a
+ * will that was waiting at a shutdown or crash is published when it is due. The will's
+ * publication and the deletion of its row are not one transaction: a crash between them
+ * publishes it again after the restart (at least once).
  *
  * Nothing here runs when persistence is off (persist_on false: one predictable branch).
  */
@@ -37,8 +52,14 @@ static int64_t to_unix(int64_t mono)
 {
 	if (!mono)
 		return 0;
-	int64_t left = (mono - weft_now()) / 1000000000;
+	int64_t left = (mono - weft_now() + 999999999) / 1000000000; /* rounded up */
 	return (int64_t)time(NULL) + (left > 0 ? left : 1);
+}
+
+static int64_t from_unix(int64_t unix_s)
+{
+	int64_t left = unix_s - (int64_t)time(NULL);
+	return weft_now() + (left > 0 ? left : 0) * 1000000000;
 }
 
 static uint32_t left_s(int64_t unix_s)
@@ -99,16 +120,33 @@ static void ld_sub(void *arg, const char *id, uint16_t id_len, const char *f, ui
 	subrec_add(s, (const uint8_t *)f, flen);
 }
 
-static void ld_queued(void *arg, const char *id, uint16_t id_len, uint64_t mid,
-		      const store_msg *sm, uint8_t qos, uint16_t pid, uint8_t state)
+static void ld_queued(void *arg, const char *id, uint16_t id_len, const store_msg *sm,
+		      const store_dlv *sd)
 {
 	(void)arg;
 	session *s = session_find(id, id_len);
 	if (!s)
 		return;
 	msg *m = from_store(sm);
-	session_restore_dlv(s, m, qos, mid, pid, state);
+	dlv d = { .m = m, .pid = sd->pid, .qos = sd->qos, .retain = sd->retain,
+		  .state = sd->state, .nsub = sd->nsubid, .mid = sd->row };
+	memcpy(d.subid, sd->subid, sizeof d.subid);
+	session_restore_dlv(s, &d);
 	msg_unref(m);
+}
+
+static void ld_will(void *arg, const char *id, uint16_t id_len, const store_msg *sm,
+		    uint32_t delay, int64_t at)
+{
+	(void)arg;
+	session *s = session_find(id, id_len);
+	if (!s)
+		return;
+	mq_bytes props = { sm->props, sm->props_len };
+	msg *m = msg_new(sm->topic, sm->topic_len, &props, sm->payload, sm->payload_len, sm->qos,
+			 sm->retain, (uint32_t)sm->expiry);
+	/* up at the crash: it ended now, as far as anyone can tell */
+	session_restore_will(s, m, delay, at ? from_unix(at) : weft_now() + (int64_t)delay * 1000000000);
 }
 
 static void ld_rel(void *arg, const char *id, uint16_t id_len, uint16_t pid)
@@ -138,7 +176,7 @@ int persist_open(void)
 		fprintf(stderr, "weft-mqtt: persistence: %s\n", err);
 		return -1;
 	}
-	store_callbacks cb = { ld_session, ld_sub, ld_queued, ld_rel, ld_retained };
+	store_callbacks cb = { ld_session, ld_sub, ld_queued, ld_rel, ld_will, ld_retained };
 	if (store_load(st, &cb, NULL) < 0) {
 		fprintf(stderr, "weft-mqtt: persistence: %s\n", store_error(st));
 		store_close(st);
@@ -149,6 +187,7 @@ int persist_open(void)
 		fprintf(stderr, "weft-mqtt: persistence: %ld sessions, %ld retained messages loaded\n",
 			sessions_count(), topic_retained_count());
 	persist_on = true;
+	sessions_reap(weft_now()); /* wills already due go out before any client is let in */
 	return 0;
 }
 
@@ -164,6 +203,23 @@ void persist_close(void)
 
 /* ---- sessions ------------------------------------------------------------------------------- */
 
+/* The will as it stands: up with the connection, waiting for its delay, or none. Lock held. */
+static void put_will(session *s, bool connected, conn *by)
+{
+	if (s->will && (connected || s->will_pending)) {
+		store_msg sm;
+		to_store(s->will, &sm);
+		if (sm.expiry) /* stored as the interval left: it counts from the publication */
+			sm.expiry -= (int64_t)time(NULL);
+		ticket(by, store_put_will(st, s->client_id, s->id_len, &sm, s->will_delay,
+					  connected ? 0 : to_unix(s->will_at)));
+		s->will_stored = true;
+	} else if (s->will_stored) {
+		s->will_stored = false;
+		ticket(by, store_del_will(st, s->client_id, s->id_len));
+	}
+}
+
 void persist_session(session *s, bool connected, conn *by)
 {
 	if (!persist_on)
@@ -171,6 +227,7 @@ void persist_session(session *s, bool connected, conn *by)
 	if (s->expiry_interval == 0) { /* clean: forget a persistent one it replaces */
 		if (s->stored) {
 			s->stored = false;
+			s->will_stored = false;
 			ticket(by, store_del_session(st, s->client_id, s->id_len));
 		}
 		return;
@@ -179,6 +236,15 @@ void persist_session(session *s, bool connected, conn *by)
 			     connected ? 0 : (int64_t)time(NULL) };
 	s->stored = true;
 	ticket(by, store_put_session(st, &ss));
+	put_will(s, connected, by);
+}
+
+void persist_will_gone(session *s)
+{
+	if (persist_on && s->will_stored) {
+		s->will_stored = false;
+		ticket(NULL, store_del_will(st, s->client_id, s->id_len));
+	}
 }
 
 void persist_session_gone(session *s)
@@ -203,14 +269,21 @@ void persist_unsub(session *s, const char *f, uint16_t len)
 
 /* ---- messages ------------------------------------------------------------------------------- */
 
-/* Each session's copy is its own row: sharing one row between the sessions of a routing
- * (store_enqueue_mid) would race with an early acknowledgement from the first of them, which
- * deletes the row once nobody else holds it. */
+/* The message is stored once for all the sessions it goes to (m->smid), the delivery - QoS,
+ * RETAIN flag, subscription ids - once per session (d->mid: its row). */
 void persist_enqueue(session *s, dlv *d, conn *by)
 {
 	store_msg sm;
 	to_store(d->m, &sm);
-	ticket(by, store_enqueue(st, s->client_id, s->id_len, &sm, d->qos, &d->mid));
+	store_dlv sd = { .qos = d->qos, .retain = d->retain, .nsubid = d->nsub };
+	memcpy(sd.subid, d->subid, sizeof sd.subid);
+	ticket(by, store_enqueue(st, s->client_id, s->id_len, &sm, &sd, &d->mid, &d->m->smid));
+}
+
+void persist_release(uint64_t smid)
+{
+	if (persist_on)
+		ticket(NULL, store_release(st, smid));
 }
 
 void persist_inflight(session *s, dlv *d)
@@ -244,6 +317,12 @@ void persist_retained(const msg *m, conn *by)
 	}
 }
 
+void persist_barrier(conn *by)
+{
+	if (persist_on)
+		ticket(by, store_issued(st));
+}
+
 int persist_wait(conn *c)
 {
 	int64_t t = c->ticket;
@@ -268,6 +347,9 @@ int persist_open(void)
 void persist_close(void) {}
 void persist_session(session *s, bool connected, conn *by) { (void)s, (void)connected, (void)by; }
 void persist_session_gone(session *s) { (void)s; }
+void persist_will_gone(session *s) { (void)s; }
+void persist_release(uint64_t smid) { (void)smid; }
+void persist_barrier(conn *by) { (void)by; }
 void persist_sub(session *s, const char *f, uint16_t len, uint8_t opts, uint32_t subid, conn *by)
 {
 	(void)s, (void)f, (void)len, (void)opts, (void)subid, (void)by;

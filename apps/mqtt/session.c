@@ -132,8 +132,10 @@ static void session_end(session *s)
 
 static void publish_will(msg *m)
 {
-	if (m->retain)
+	if (m->retain) {
 		topic_retain(m);
+		persist_retained(m, NULL);
+	}
 	topic_publish(m, NULL, NULL);
 	msg_unref(m);
 }
@@ -260,11 +262,13 @@ session *session_restore(const char *id, uint16_t n, uint8_t version, uint32_t e
 
 static void inflight_append(session *s, dlv *d);
 
-void session_restore_dlv(session *s, msg *m, uint8_t qos, uint64_t mid, uint16_t pid,
-			 uint8_t state)
+void session_restore_dlv(session *s, const dlv *proto)
 {
 	dlv *d = pool_alloc(sizeof *d);
-	*d = (dlv){ NULL, msg_ref(m), pid, qos, 0, state, 0, { 0 }, mid };
+	*d = *proto;
+	d->next = NULL;
+	msg_ref(d->m);
+	uint16_t pid = d->pid;
 	WEFT_WITH_LOCK(&s->lock) {
 		if (pid) {
 			inflight_append(s, d);
@@ -279,6 +283,18 @@ void session_restore_dlv(session *s, msg *m, uint8_t qos, uint64_t mid, uint16_t
 			s->nqueued++;
 			stats_add(ST_QUEUED, 1);
 		}
+	}
+}
+
+void session_restore_will(session *s, msg *will, uint32_t delay, int64_t at)
+{
+	WEFT_WITH_LOCK(&s->lock) {
+		msg_unref(s->will);
+		s->will = will;
+		s->will_delay = delay;
+		s->will_pending = true;
+		s->will_at = at;
+		s->will_stored = true;
 	}
 }
 
@@ -354,6 +370,7 @@ void sessions_reap(int64_t now)
 							v[wills.n++] = s->will;
 							s->will = NULL;
 							s->will_pending = false;
+							persist_will_gone(s);
 						}
 						expire = s->expire_at && s->expire_at <= now;
 					}
