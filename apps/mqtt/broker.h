@@ -298,9 +298,6 @@ void persist_session_gone(session *s);
 void persist_will_gone(session *s);
 /* The last reference to a message stored under smid went (msg_unref). */
 void persist_release(uint64_t smid);
-/* Make by's batch wait for every write so far (an acknowledgement that repeats an earlier
- * one must not overtake it). */
-void persist_barrier(struct conn *by);
 void persist_sub(session *s, const char *f, uint16_t len, uint8_t opts, uint32_t subid,
 		 struct conn *by);
 void persist_unsub(session *s, const char *f, uint16_t len);

@@ -451,10 +451,7 @@ static int on_publish(conn *c, mq_packet *pk)
 		int r = session_rel_add(s, pk->packet_id, max);
 		if (r < 0)
 			return -MQ_RC_RECEIVE_MAX_EXCEEDED;
-		if (r == 1) { /* a resend of one we have: acknowledge, do not deliver again - once
-			       * the first copy is durable, which another connection of this
-			       * session may still be waiting for */
-			persist_barrier(c);
+		if (r == 1) { /* a resend of one we have: acknowledge, do not deliver again */
 			ack_pub(c, MQ_PUBREC, pk->packet_id, 0);
 			return 0;
 		}

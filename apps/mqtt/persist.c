@@ -35,6 +35,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -171,7 +172,11 @@ int persist_open(void)
 		return 0;
 	char err[512];
 	const char *dir = conf.persistence_location[0] ? conf.persistence_location : ".";
-	st = store_open(dir, NULL, err, sizeof err);
+	/* WEFT_MQTT_STORE_COMMIT_DELAY_MS: for the tests of what a crash between a write and
+	 * its durability does (see store_opts) */
+	const char *delay = getenv("WEFT_MQTT_STORE_COMMIT_DELAY_MS");
+	store_opts o = { .commit_delay_ms = delay ? atoi(delay) : 0 };
+	st = store_open(dir, &o, err, sizeof err);
 	if (!st) {
 		fprintf(stderr, "weft-mqtt: persistence: %s\n", err);
 		return -1;
@@ -317,12 +322,6 @@ void persist_retained(const msg *m, conn *by)
 	}
 }
 
-void persist_barrier(conn *by)
-{
-	if (persist_on)
-		ticket(by, store_issued(st));
-}
-
 int persist_wait(conn *c)
 {
 	int64_t t = c->ticket;
@@ -349,7 +348,6 @@ void persist_session(session *s, bool connected, conn *by) { (void)s, (void)conn
 void persist_session_gone(session *s) { (void)s; }
 void persist_will_gone(session *s) { (void)s; }
 void persist_release(uint64_t smid) { (void)smid; }
-void persist_barrier(conn *by) { (void)by; }
 void persist_sub(session *s, const char *f, uint16_t len, uint8_t opts, uint32_t subid, conn *by)
 {
 	(void)s, (void)f, (void)len, (void)opts, (void)subid, (void)by;

@@ -389,6 +389,9 @@ static void batch(store *st, op *first)
 		run(stmt(st, S_rollback));
 		return;
 	}
+	if (st->o.commit_delay_ms)
+		nanosleep(&(struct timespec){ st->o.commit_delay_ms / 1000,
+					      st->o.commit_delay_ms % 1000 * 1000000L }, NULL);
 	if (run(stmt(st, S_commit))) {
 		fail(st, "commit");
 		run(stmt(st, S_rollback));
@@ -624,11 +627,6 @@ int64_t store_put_will(store *st, const char *id, uint16_t id_len, const store_m
 int64_t store_del_will(store *st, const char *id, uint16_t id_len)
 {
 	return submit(st, op_new(OP_DEL_WILL, id, id_len, NULL, 0, NULL, 0, NULL, 0), NULL);
-}
-
-int64_t store_issued(store *st)
-{
-	return atomic_load(&st->issued);
 }
 
 static int64_t by_pid(store *st, int kind, const char *id, uint16_t id_len, uint16_t pid)

@@ -41,6 +41,9 @@ typedef struct store_opts {
 			* For measuring the cost of fsync only; the broker never sets it. */
 	int64_t max_bytes; /* cap on the database file (0: none): a write past it fails the
 			    * store, as a full disk does, instead of filling the disk */
+	int commit_delay_ms; /* tests only: wait this long before each commit, as a slow disk
+			      * would, so that a test can kill the broker while a write is
+			      * handed over but not yet durable */
 } store_opts;
 
 /*
@@ -156,9 +159,6 @@ int64_t store_rel_del(store *st, const char *id, uint16_t id_len, uint16_t pid);
 int64_t store_put_will(store *st, const char *id, uint16_t id_len, const store_msg *m,
 		       uint32_t delay, int64_t at);
 int64_t store_del_will(store *st, const char *id, uint16_t id_len);
-
-/* The last ticket handed out (a snapshot): waiting for it waits for every write so far. */
-int64_t store_issued(store *st);
 
 /* ---- durability -------------------------------------------------------------------------- */
 
