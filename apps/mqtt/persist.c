@@ -280,7 +280,7 @@ void persist_enqueue(session *s, dlv *d, conn *by)
 {
 	store_msg sm;
 	to_store(d->m, &sm);
-	store_dlv sd = { .qos = d->qos, .retain = d->retain, .nsubid = d->nsub };
+	store_dlv sd = { .qos = d->qos, .retain = d->retain, .nsubid = d->nsub, .pid = d->pid };
 	memcpy(sd.subid, d->subid, sizeof sd.subid);
 	ticket(by, store_enqueue(st, s->client_id, s->id_len, &sm, &sd, &d->mid, &d->m->smid));
 }

@@ -547,20 +547,20 @@ static void forget(session *s, dlv *d)
 
 static void start(session *s, dlv *d, int64_t now)
 {
-	d->pid = new_pid(s);
+	bool known = d->pid != 0; /* given before it was stored: the store has it already */
+	if (!known)
+		d->pid = new_pid(s);
 	d->state = 0;
+	if (d->mid && !known)
+		persist_inflight(s, d);
 	if (encode_pub(s, d->m, d->qos, d->pid, 0, d->retain, d->subid, d->nsub, now) < 0) {
 		stats_add(ST_PUB_DROPPED, 1);
-		if (d->mid) {
-			persist_inflight(s, d);
+		if (d->mid)
 			persist_ack(s, d->pid);
-		}
 		msg_unref(d->m);
 		pool_free(d);
 		return;
 	}
-	if (d->mid)
-		persist_inflight(s, d);
 	inflight_append(s, d);
 }
 
@@ -632,8 +632,10 @@ void session_deliver(session *s, msg *m, int qos, int retain, const uint32_t *su
 		dlv *d = pool_alloc(sizeof *d);
 		*d = (dlv){ NULL, msg_ref(m), 0, (uint8_t)qos, (uint8_t)retain, 0, (uint8_t)nsub, { 0 }, 0 };
 		memcpy(d->subid, subids, (size_t)nsub * sizeof *subids);
-		if (s->stored)
+		if (s->stored) { /* stored as sent already: one write instead of two */
+			d->pid = new_pid(s);
 			persist_enqueue(s, d, by);
+		}
 		start(s, d, now);
 	} else if (s->nqueued < (uint32_t)conf.max_queued_messages) {
 		dlv *d = pool_alloc(sizeof *d);

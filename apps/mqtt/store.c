@@ -107,7 +107,7 @@ typedef struct op {
 	X(msg_put, "INSERT INTO msgs(mid,topic,qos,retain,props,payload,expiry) "               \
 		   "VALUES(?1,?2,?3,?4,?5,?6,?7)")                                              \
 	X(q_put, "INSERT OR REPLACE INTO queue(id,seq,mid,qos,pid,state,retain,subids) "         \
-		 "VALUES(?1,?2,?3,?4,0,0,?5,?6)")                                               \
+		 "VALUES(?1,?2,?3,?4,?7,0,?5,?6)")                                              \
 	X(q_inflight, "UPDATE queue SET pid=?3, state=?4 WHERE id=?1 AND seq=?2")               \
 	X(q_ack, "DELETE FROM queue WHERE id=?1 AND pid=?2 RETURNING mid")                      \
 	X(msg_orphan, "DELETE FROM msgs WHERE mid=?1 AND NOT EXISTS "                           \
@@ -265,6 +265,7 @@ static int enqueue_row(store *st, const op *o)
 	subids_put(ids, o->subid, o->nsubid);
 	if (o->nsubid)
 		sqlite3_bind_blob(s, 6, ids, 4 * o->nsubid, SQLITE_TRANSIENT);
+	sqlite3_bind_int(s, 7, o->pid);
 	return run(s);
 }
 
@@ -584,7 +585,7 @@ int64_t store_enqueue(store *st, const char *id, uint16_t id_len, const store_ms
 		o = op_new(OP_ENQ, id, id_len, m->topic, m->topic_len, m->props, m->props_len,
 			   m->payload, m->payload_len);
 	if (o) {
-		o->qos = d->qos, o->retain = d->retain, o->nsubid = d->nsubid;
+		o->qos = d->qos, o->retain = d->retain, o->nsubid = d->nsubid, o->pid = d->pid;
 		memcpy(o->subid, d->subid, sizeof o->subid);
 		o->mqos = m->qos, o->opts = m->retain, o->time = m->expiry, o->pin = shared != NULL;
 		if (o->kind == OP_ENQ_MID)

@@ -119,8 +119,9 @@ typedef struct store_dlv {
 } store_dlv;
 
 /*
- * Queue message m for session id as delivery d (qos, retain, subid), after everything queued
- * for it before; *row receives the delivery's id.
+ * Queue message m for session id as delivery d (qos, retain, subid; pid when it is sent at
+ * once, as store_inflight(..., pid, 0) would say, 0 otherwise), after everything queued for it
+ * before; *row receives the delivery's id.
  *
  * shared NULL: the message is stored with this delivery alone and goes with its
  * acknowledgement. shared not NULL: the message is stored once for every session it is

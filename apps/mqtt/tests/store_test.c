@@ -195,6 +195,7 @@ static int64_t write_everything(store *st)
 	CHECK(store_enqueue(st, S("alice"), &m, &d, &r1, &shared) > 0);
 	CHECK(shared > 0);
 	d = dl(1, 0, 0, 0);
+	d.pid = 3; /* sent at once */
 	CHECK(store_enqueue(st, S("bob"), &m, &d, &r1b, &shared) > 0); /* the same message */
 	CHECK(store_release(st, shared) > 0);
 	m = msg("x/2", "two", 2);
@@ -230,7 +231,7 @@ static const char *everything =
 	"U bob z o0 i0\n"
 	"Q alice x/1 q1 p10 s0 r1 mr1 x0 props3 i7 i8 one\n"
 	"Q alice x/2 q2 p11 s1 r0 mr0 x0 props0 i268435455 two\n"
-	"Q bob x/1 q1 p0 s0 r0 mr1 x0 props3 one\n"
+	"Q bob x/1 q1 p3 s0 r0 mr1 x0 props3 one\n"
 	"R alice 301\n"
 	"R bob 1\n"
 	"W alice will/alice q1 r1 x60 d30 at0 alice is gone\n"
