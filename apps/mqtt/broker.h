@@ -293,14 +293,14 @@ void persist_close(void);
 /* Store writes; `by` is the connection whose batch must wait for them before acknowledging
  * (NULL: nobody waits). Lock of s held for persist_session, _enqueue, _inflight and _ack. */
 void persist_session(session *s, bool connected, struct conn *by);
-void persist_session_gone(session *s);
+void persist_session_gone(session *s, struct conn *by);
 /* s's will was published: its row goes (lock of s held). */
 void persist_will_gone(session *s);
 /* The last reference to a message stored under smid went (msg_unref). */
 void persist_release(uint64_t smid);
 void persist_sub(session *s, const char *f, uint16_t len, uint8_t opts, uint32_t subid,
 		 struct conn *by);
-void persist_unsub(session *s, const char *f, uint16_t len);
+void persist_unsub(session *s, const char *f, uint16_t len, struct conn *by);
 void persist_enqueue(session *s, dlv *d, struct conn *by);
 void persist_inflight(session *s, dlv *d);
 void persist_ack(session *s, uint16_t pid);

@@ -545,7 +545,8 @@ static int on_unsubscribe(conn *c, mq_packet *pk)
 		int found = topic_unsubscribe(c->s, (const char *)f.p, (uint16_t)f.len);
 		if (found) {
 			subrec_del(c->s, f.p, (uint16_t)f.len);
-			persist_unsub(c->s, (const char *)f.p, (uint16_t)f.len);
+			/* the UNSUBACK goes out with the batch's output, once this is durable */
+			persist_unsub(c->s, (const char *)f.p, (uint16_t)f.len, c);
 		}
 		codes[n++] = found ? 0 : MQ_RC_NO_SUBSCRIPTION_EXISTED;
 	}

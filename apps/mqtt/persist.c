@@ -252,11 +252,11 @@ void persist_will_gone(session *s)
 	}
 }
 
-void persist_session_gone(session *s)
+void persist_session_gone(session *s, conn *by)
 {
 	if (persist_on && s->stored) {
 		s->stored = false;
-		ticket(NULL, store_del_session(st, s->client_id, s->id_len));
+		ticket(by, store_del_session(st, s->client_id, s->id_len));
 	}
 }
 
@@ -266,10 +266,10 @@ void persist_sub(session *s, const char *f, uint16_t len, uint8_t opts, uint32_t
 		ticket(by, store_put_sub(st, s->client_id, s->id_len, f, len, opts, subid));
 }
 
-void persist_unsub(session *s, const char *f, uint16_t len)
+void persist_unsub(session *s, const char *f, uint16_t len, conn *by)
 {
 	if (persist_on && s->stored)
-		ticket(NULL, store_del_sub(st, s->client_id, s->id_len, f, len));
+		ticket(by, store_del_sub(st, s->client_id, s->id_len, f, len));
 }
 
 /* ---- messages ------------------------------------------------------------------------------- */
@@ -345,14 +345,17 @@ int persist_open(void)
 
 void persist_close(void) {}
 void persist_session(session *s, bool connected, conn *by) { (void)s, (void)connected, (void)by; }
-void persist_session_gone(session *s) { (void)s; }
+void persist_session_gone(session *s, conn *by) { (void)s, (void)by; }
 void persist_will_gone(session *s) { (void)s; }
 void persist_release(uint64_t smid) { (void)smid; }
 void persist_sub(session *s, const char *f, uint16_t len, uint8_t opts, uint32_t subid, conn *by)
 {
 	(void)s, (void)f, (void)len, (void)opts, (void)subid, (void)by;
 }
-void persist_unsub(session *s, const char *f, uint16_t len) { (void)s, (void)f, (void)len; }
+void persist_unsub(session *s, const char *f, uint16_t len, conn *by)
+{
+	(void)s, (void)f, (void)len, (void)by;
+}
 void persist_enqueue(session *s, dlv *d, conn *by) { (void)s, (void)d, (void)by; }
 void persist_inflight(session *s, dlv *d) { (void)s, (void)d; }
 void persist_ack(session *s, uint16_t pid) { (void)s, (void)pid; }

@@ -107,7 +107,7 @@ static void session_end(session *s)
 	msg *will = NULL;
 	WEFT_WITH_LOCK(&s->lock) {
 		s->dead = true;
-		persist_session_gone(s);
+		persist_session_gone(s, NULL);
 		subs = s->subs, s->subs = NULL;
 		q = s->queue, s->queue = s->queue_tail = NULL;
 		inf = s->inflight, s->inflight = s->inflight_tail = NULL;
@@ -222,6 +222,8 @@ session *session_attach(conn *c, const char *id, uint16_t n, bool clean, bool *p
 			if (old->will_pending)
 				will = old->will, old->will = NULL;
 			old->will_pending = false;
+			/* the CONNACK says "no session": only once that is true on disk too */
+			persist_session_gone(old, c);
 		}
 		if (will)
 			publish_will(will);

@@ -17,6 +17,7 @@
 # RUNS (default 3) runs of DURATION seconds (default 1.5) each after a 0.5 s warm-up; reported:
 # the median delivered msgs/s and p99 latency, losses and duplicates over all runs, and the
 # ratios weft-mqtt-persist / weft-mqtt and weft-mqtt-persist / mosquitto-persist. About 40 s.
+# RUNS, DURATION, SCENARIOS and BROKERS (of the three names above) narrow a run down.
 # Output: JSON lines as bench/bench.h's bench_emit writes them; progress on stderr.
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd) # the build directory
@@ -112,12 +113,13 @@ declare -A HOW=(
 	[weft-mqtt-persist]="persistence on: SQLite, fsync before each PUBACK (group commit)"
 	[mosquitto-persist]="persistence on: mosquitto writes its database only every autosave_interval (1800 s by default) and at exit, so a crash loses what came since: not the same guarantee"
 )
-SCENARIOS="pairs-q1 fanout-q1"
+SCENARIOS=${SCENARIOS:-pairs-q1 fanout-q1}
 
 PATH=$PATH:/usr/sbin
 brokers=
 [ -x "$weft" ] && brokers="weft-mqtt weft-mqtt-persist"
 command -v mosquitto >/dev/null 2>&1 && brokers="$brokers mosquitto-persist"
+brokers=${BROKERS:-$brokers}
 if [ -z "$brokers" ]; then
 	echo "bench/mqtt-persist: neither $weft nor mosquitto: nothing measured" >&2
 	exit 0

@@ -510,3 +510,46 @@ test('persist_fanout_stored_once', async () => {
 	eq(await count(), '0|0', 'nothing left once every session acknowledged');
 	await startBroker(conf);
 });
+
+// With commits slowed down, kill the broker right after an UNSUBACK, and right after a
+// CONNACK that says a clean session replaced a stored one: both must be true on disk.
+const slowStart = async (conf, ms) => {
+	process.env.WEFT_MQTT_STORE_COMMIT_DELAY_MS = String(ms);
+	try {
+		await startBroker(conf);
+	} finally {
+		delete process.env.WEFT_MQTT_STORE_COMMIT_DELAY_MS;
+	}
+};
+
+test('persist_unsubscribe_durable', async () => {
+	if (BROKER !== 'weft') return;
+	const conf = store();
+	await slowStart(conf, 400);
+	let s = await client(4, { clientId: 'unsub', clean: false });
+	await s.subscribeAsync('un/#', { qos: 1 });
+	await s.unsubscribeAsync('un/#');
+	await crashBroker();
+	await startBroker(conf);
+	s = await client(4, { clientId: 'unsub', clean: false });
+	const p = await client(4);
+	await p.publishAsync('un/t', 'not for it', { qos: 1 });
+	await sleep(400);
+	eq(got(s), [], 'no message through a subscription removed before the crash');
+});
+
+test('persist_clean_takeover_durable', async () => {
+	if (BROKER !== 'weft') return;
+	const conf = store();
+	await slowStart(conf, 400);
+	const s = await client(4, { clientId: 'tk', clean: false });
+	await s.subscribeAsync('tk/#', { qos: 1 });
+	s.end(true);
+	await sleep(100);
+	const c = await client(4, { clientId: 'tk', clean: true });
+	eq(c.connack.sessionPresent, false, 'a clean session');
+	await crashBroker();
+	await startBroker(conf);
+	const again = await client(4, { clientId: 'tk', clean: false });
+	eq(again.connack.sessionPresent, false, 'the stored session is gone, as the CONNACK said');
+});
