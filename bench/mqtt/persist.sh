@@ -54,6 +54,8 @@ start_broker() {
 	local port pid conf=$tmp/$1.conf
 	port=$(free_port)
 	mkdir -p "$tmp/$1.db"
+	# mosquitto started as root runs as the user mosquitto: let it write its database
+	[ "$1" = mosquitto-persist ] && chmod 711 "$tmp" && chmod 777 "$tmp/$1.db"
 	{
 		echo "listener $port 127.0.0.1"
 		echo "allow_anonymous true"
