@@ -48,19 +48,33 @@ bool persist_on;
 
 static store *st;
 
-/* weft_now-based deadlines <-> Unix seconds (the store outlives the process) */
+/* The wall clock in ns: the store keeps Unix seconds, since it outlives the process. */
+static int64_t real_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Now, in Unix seconds rounded up: what starts now (a disconnection) is never moved earlier. */
+static int64_t unix_now(void)
+{
+	return (real_ns() + 999999999) / 1000000000;
+}
+
+/* weft_now-based deadlines <-> Unix seconds, rounded up (nothing comes due early) */
 static int64_t to_unix(int64_t mono)
 {
 	if (!mono)
 		return 0;
-	int64_t left = (mono - weft_now() + 999999999) / 1000000000; /* rounded up */
-	return (int64_t)time(NULL) + (left > 0 ? left : 1);
+	int64_t left = mono - weft_now();
+	return (real_ns() + (left > 0 ? left : 0) + 999999999) / 1000000000;
 }
 
 static int64_t from_unix(int64_t unix_s)
 {
-	int64_t left = unix_s - (int64_t)time(NULL);
-	return weft_now() + (left > 0 ? left : 0) * 1000000000;
+	int64_t left = unix_s * 1000000000 - real_ns();
+	return weft_now() + (left > 0 ? left : 0);
 }
 
 static uint32_t left_s(int64_t unix_s)
@@ -214,8 +228,10 @@ static void put_will(session *s, bool connected, conn *by)
 	if (s->will && (connected || s->will_pending)) {
 		store_msg sm;
 		to_store(s->will, &sm);
-		if (sm.expiry) /* stored as the interval left: it counts from the publication */
-			sm.expiry -= (int64_t)time(NULL);
+		if (sm.expiry) { /* stored as the interval left: it counts from the publication */
+			int64_t left = (s->will->expiry - weft_now() + 999999999) / 1000000000;
+			sm.expiry = left > 0 ? left : 1;
+		}
 		ticket(by, store_put_will(st, s->client_id, s->id_len, &sm, s->will_delay,
 					  connected ? 0 : to_unix(s->will_at)));
 		s->will_stored = true;
@@ -238,7 +254,7 @@ void persist_session(session *s, bool connected, conn *by)
 		return;
 	}
 	store_session ss = { s->client_id, s->id_len, s->version, s->expiry_interval,
-			     connected ? 0 : (int64_t)time(NULL) };
+			     connected ? 0 : unix_now() };
 	s->stored = true;
 	ticket(by, store_put_session(st, &ss));
 	put_will(s, connected, by);
