@@ -81,14 +81,23 @@ static uint32_t left_s(int64_t unix_s)
 {
 	if (!unix_s)
 		return 0;
-	int64_t left = unix_s - (int64_t)time(NULL);
-	return left > 0 ? (uint32_t)left : 1;
+	int64_t left = (unix_s * 1000000000 - real_ns()) / 1000000000;
+	return left > 0 ? (uint32_t)left : 1; /* expired, inflight: its delivery had started */
+}
+
+/* A message's expiry in Unix seconds, rounded down: it never gains time by being stored. */
+static int64_t expiry_unix(int64_t mono)
+{
+	if (!mono)
+		return 0;
+	int64_t left = mono - weft_now(), t = (real_ns() + (left > 0 ? left : 0)) / 1000000000;
+	return t > 0 ? t : 1;
 }
 
 static void to_store(const msg *m, store_msg *o)
 {
 	*o = (store_msg){ m->topic, m->topic_len, m->qos, m->retain, m->props, m->props_len,
-			  m->payload, m->payload_len, to_unix(m->expiry) };
+			  m->payload, m->payload_len, expiry_unix(m->expiry) };
 }
 
 static msg *from_store(const store_msg *m)
