@@ -560,3 +560,41 @@ test('persist_clean_takeover_durable', async () => {
 	const again = await client(4, { clientId: 'tk', clean: false });
 	eq(again.connack.sessionPresent, false, 'the stored session is gone, as the CONNACK said');
 });
+
+// QoS 2 exactly once across a crash between PUBREC and PUBREL, both ways: a publisher that
+// had its PUBREC resends the PUBLISH (DUP) after the restart and it is not delivered again; a
+// subscriber that had sent its PUBREC gets the PUBREL again after the restart, not the message.
+test('persist_qos2_exactly_once_across_crash', async () => {
+	if (BROKER !== 'weft') return;
+	const conf = store();
+	await startBroker(conf);
+	let sub = await raw();
+	await sub.send(connectPacket({ version: 4, clientId: 'x2sub', clean: false }));
+	await sub.send(subscribePacket(1, 'x2/#', 2));
+	await until(() => sub.packets.length >= 2, 3000, 'CONNACK and SUBACK');
+	let pub = await raw();
+	await pub.send(connectPacket({ version: 4, clientId: 'x2pub', clean: false }));
+	await pub.send(publishPacket('x2/t', 'once', { qos: 2, id: 5 }));
+	await until(() => pub.of(PUBREC).length >= 1 && sub.of(PUBLISH).length >= 1, 3000, 'PUBREC, the PUBLISH');
+	const spid = sub.of(PUBLISH)[0].body.readUInt16BE(2 + 'x2/t'.length);
+	await sub.send(packet(PUBREC, 0, u16(spid)));
+	await until(() => sub.of(PUBREL).length >= 1, 3000, 'PUBREL to the subscriber');
+	await sleep(300); // the subscriber's PUBREC is on disk (the broker does not wait for it)
+	await crashBroker();
+	await startBroker(conf);
+	pub = await raw();
+	await pub.send(connectPacket({ version: 4, clientId: 'x2pub', clean: false }));
+	await pub.send(Buffer.from(publishPacket('x2/t', 'once', { qos: 2, id: 5 }).map((b, i) => (i ? b : b | 8))));
+	await until(() => pub.of(PUBREC).length >= 1, 3000, 'PUBREC for the resend');
+	await pub.send(packet(PUBREL, 2, u16(5)));
+	await until(() => pub.of(PUBCOMP).length >= 1, 3000, 'PUBCOMP');
+	sub = await raw();
+	await sub.send(connectPacket({ version: 4, clientId: 'x2sub', clean: false }));
+	await until(() => sub.of(PUBREL).length >= 1, 3000, 'the PUBREL again');
+	eq(sub.of(PUBREL)[0].body.readUInt16BE(0), spid, 'for the same packet id');
+	await sub.send(packet(PUBCOMP, 0, u16(spid)));
+	await sleep(400);
+	eq(sub.of(PUBLISH).length, 0, 'the message is not sent again, nor its resend delivered');
+	pub.close();
+	sub.close();
+});
