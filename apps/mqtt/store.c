@@ -722,7 +722,10 @@ static void close_db(store *st)
 static int open_db(store *st, char *err, size_t cap)
 {
 	char b[512];
-	int r = sqlite3_open_v2(st->path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+	/* NOMUTEX: one thread at a time uses the connection (the opener, then the writer, then the
+	 * closer, which joins the writer first), so SQLite need not lock on every call */
+	int r = sqlite3_open_v2(st->path, &st->db,
+				SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
 	if (r != SQLITE_OK) {
 		snprintf(err, cap, "%s: cannot open: %s", st->path,
 			 st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(r));
