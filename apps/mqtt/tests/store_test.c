@@ -781,21 +781,24 @@ TEST(shared_message_pinned_until_released)
  * there with its message, no queue row lacks its message and no message is left that nobody
  * holds. */
 #define SH_ROUNDS 3
-#define SH_MAX 20000
+#define SH_TASKS 8
+#define SH_PER 2500
+#define SH_MAX (SH_TASKS * SH_PER)
 static uint8_t sh_told[SH_ROUNDS][SH_MAX];     /* 1: queued for all four, durable; 2: c1 acked */
 static uint8_t sh_found[SH_ROUNDS][SH_MAX][4];
 
-static int sh_child(void *arg)
+static void sh_task(void *arg)
 {
-	(void)arg;
+	int first = (int)(intptr_t)arg * SH_PER;
 	char payload[32];
-	for (int i = 0; i < SH_MAX; i++) {
+	for (int i = first; i < first + SH_PER; i++) {
 		snprintf(payload, sizeof payload, "%d-%d", crash_round, i);
 		store_msg m = msg("fan", payload, 1);
 		store_dlv d = dl(1, 0, 0, 0);
 		_Atomic uint64_t shared = 0;
 		uint64_t row[4];
-		uint16_t pid = (uint16_t)(i % 60000 + 1);
+		/* unique across rounds: a delivery left inflight by a kill keeps its pid */
+		uint16_t pid = (uint16_t)(crash_round * SH_MAX + i + 1);
 		int64_t t;
 		if (store_enqueue(cst, S("c0"), &m, &d, &row[0], &shared) < 0 ||
 		    store_inflight(cst, S("c0"), row[0], pid, 0) < 0 || store_ack(cst, S("c0"), pid) < 0)
@@ -813,6 +816,16 @@ static int sh_child(void *arg)
 			_exit(6);
 		tell('A', 0, i);
 	}
+}
+
+static int sh_child(void *arg)
+{
+	(void)arg;
+	weft_task *t[SH_TASKS];
+	for (int i = 0; i < SH_TASKS; i++)
+		t[i] = weft_spawn(sh_task, (void *)(intptr_t)i);
+	for (int i = 0; i < SH_TASKS; i++)
+		weft_join(t[i]);
 	return 0;
 }
 
