@@ -144,14 +144,59 @@ static void ld_sub(void *arg, const char *id, uint16_t id_len, const char *f, ui
 	subrec_add(s, (const uint8_t *)f, flen);
 }
 
+/* Messages read back so far, by store id: a message queued for many sessions is one row, and
+ * becomes one msg again (open addressing; only during store_load). */
+typedef struct loaded {
+	uint64_t *mid;
+	msg **m;
+	size_t n, cap; /* cap: a power of two, or 0 */
+} loaded;
+
+static msg *loaded_get(loaded *l, const store_msg *sm, uint64_t mid)
+{
+	if (2 * (l->n + 1) > l->cap) {
+		loaded b = { NULL, NULL, 0, l->cap ? 2 * l->cap : 1024 };
+		b.mid = calloc(b.cap, sizeof *b.mid);
+		b.m = calloc(b.cap, sizeof *b.m);
+		if (!b.mid || !b.m)
+			abort();
+		for (size_t i = 0; i < l->cap; i++)
+			if (l->m[i]) {
+				size_t j = l->mid[i] & (b.cap - 1);
+				while (b.m[j])
+					j = (j + 1) & (b.cap - 1);
+				b.mid[j] = l->mid[i], b.m[j] = l->m[i];
+			}
+		b.n = l->n;
+		free(l->mid);
+		free(l->m);
+		*l = b;
+	}
+	size_t j = mid & (l->cap - 1);
+	for (; l->m[j]; j = (j + 1) & (l->cap - 1))
+		if (l->mid[j] == mid)
+			return msg_ref(l->m[j]);
+	l->mid[j] = mid;
+	l->m[j] = from_store(sm);
+	l->n++;
+	return msg_ref(l->m[j]);
+}
+
+static void loaded_free(loaded *l)
+{
+	for (size_t i = 0; i < l->cap; i++)
+		msg_unref(l->m[i]);
+	free(l->mid);
+	free(l->m);
+}
+
 static void ld_queued(void *arg, const char *id, uint16_t id_len, const store_msg *sm,
 		      const store_dlv *sd)
 {
-	(void)arg;
 	session *s = session_find(id, id_len);
 	if (!s)
 		return;
-	msg *m = from_store(sm);
+	msg *m = loaded_get(arg, sm, sd->mid);
 	dlv d = { .m = m, .pid = sd->pid, .qos = sd->qos, .retain = sd->retain,
 		  .state = sd->state, .nsub = sd->nsubid, .mid = sd->row };
 	memcpy(d.subid, sd->subid, sizeof d.subid);
@@ -205,7 +250,10 @@ int persist_open(void)
 		return -1;
 	}
 	store_callbacks cb = { ld_session, ld_sub, ld_queued, ld_rel, ld_will, ld_retained };
-	if (store_load(st, &cb, NULL) < 0) {
+	loaded msgs = { 0 };
+	int r = store_load(st, &cb, &msgs);
+	loaded_free(&msgs);
+	if (r < 0) {
 		fprintf(stderr, "weft-mqtt: persistence: %s\n", store_error(st));
 		store_close(st);
 		st = NULL;
