@@ -2,10 +2,11 @@
  * persist.c - `persistence true`: what the broker writes to the store (store.c, SQLite) and
  * reads back at start.
  *
- * The rule is that a PUBACK or PUBREC goes out only once what the broker promised with it is
- * on disk. Every store call returns at once with a ticket; the connection that read a batch of
- * packets keeps the highest ticket its handlers got (c->ticket) and its PUBACK/PUBRECs in a
- * list (c->acks) instead of its session's output. At the end of the batch it waits once for
+ * The rule is that a PUBACK, PUBREC or PUBCOMP (and a SUBACK, an UNSUBACK, a CONNACK) goes
+ * out only once what the broker promised with it is on disk. Every store call returns at once
+ * with a ticket; the connection that read a batch of packets keeps the highest ticket its
+ * handlers got (c->ticket) and its PUBACK/PUBREC/PUBCOMPs in a list (c->acks) instead of its
+ * session's output (the other replies are in that output, written after the wait). At the end of the batch it waits once for
  * that ticket, then sends the acknowledgements in order: one fsync, shared with every other
  * connection waiting at the same time, covers the whole batch.
  *
@@ -30,6 +31,9 @@
  * will that was waiting at a shutdown or crash is published when it is due. The will's
  * publication and the deletion of its row are not one transaction: a crash between them
  * publishes it again after the restart (at least once).
+ *
+ * Times go to the store as Unix seconds: due times and disconnections rounded up (nothing
+ * comes due early), message expiries rounded down (a message never gains time by a restart).
  *
  * Nothing here runs when persistence is off (persist_on false: one predictable branch).
  */
