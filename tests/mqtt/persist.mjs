@@ -598,3 +598,29 @@ test('persist_qos2_exactly_once_across_crash', async () => {
 	pub.close();
 	sub.close();
 });
+
+// Session take-over while the old connection's write is pending: the new connection's CONNACK
+// comes after that write is durable (the CONNECT's session write is later in the same order),
+// so a crash right after it loses nothing the old connection published.
+test('persist_takeover_pending_write', async () => {
+	if (BROKER !== 'weft') return;
+	const conf = store();
+	await slowStart(conf, 400);
+	let s = await client(4, { clientId: 'tko-sub', clean: false });
+	await s.subscribeAsync('tko/#', { qos: 1 });
+	s.end(true);
+	const c1 = await raw();
+	await c1.send(Buffer.concat([connectPacket({ version: 4, clientId: 'tko', clean: false }),
+		publishPacket('tko/t', 'pending', { qos: 1, id: 3 })]));
+	await sleep(50);
+	const c2 = await raw();
+	await c2.send(connectPacket({ version: 4, clientId: 'tko', clean: false }));
+	await until(() => c2.packets.some((p) => p.type === 2), 3000, 'the CONNACK of the take-over');
+	await crashBroker();
+	await startBroker(conf);
+	s = await client(4, { clientId: 'tko-sub', clean: false });
+	await until(() => s.messages.length >= 1, 3000, 'the message').catch(() => {});
+	eq(got(s), ['tko/t pending'], 'the message published before the take-over');
+	c1.close();
+	c2.close();
+});
