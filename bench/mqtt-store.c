@@ -65,8 +65,9 @@ static void publisher(void *arg)
 	while (weft_now() < stop_at) {
 		int64_t t = 0;
 		for (int i = 0; i < cur->per_wait; i++) {
-			uint64_t mid;
-			t = store_enqueue(st, client, (uint16_t)strlen(client), &m, 1, &mid);
+			store_dlv d = { .qos = 1 };
+			uint64_t row;
+			t = store_enqueue(st, client, (uint16_t)strlen(client), &m, &d, &row, NULL);
 			if (t < 0) {
 				fprintf(stderr, "store_enqueue: %lld\n", (long long)t);
 				exit(1);

@@ -89,6 +89,8 @@ typedef struct msg {
 	char *topic;               /* NUL-terminated */
 	uint8_t *props;            /* 5.0 properties forwarded as they came (no alias/expiry) */
 	uint8_t *payload;
+	_Atomic uint64_t smid;     /* its id in the store once queued for a persistent session
+				    * (persist.c), shared by every session it goes to; 0: none */
 	uint8_t data[];
 } msg;
 
@@ -133,7 +135,7 @@ typedef struct dlv {
 	uint8_t state;             /* inflight: 0 sent PUBLISH, 1 got PUBREC and sent PUBREL */
 	uint8_t nsub;
 	uint32_t subid[4];
-	uint64_t mid;              /* its row in the store (persist.c), 0: not stored */
+	uint64_t mid;              /* its delivery row in the store (persist.c), 0: not stored */
 } dlv;
 
 /* A subscription a session holds (to remove them all when it ends). */
@@ -185,6 +187,7 @@ typedef struct session {
 	 * publisher that routes to s; replaced by access_bind, the old one freed through epoch.c */
 	_Atomic(struct acl_client *) acl;
 	bool stored;               /* written to the store (persistent, persistence on) */
+	bool will_stored;          /* its will is in the store */
 } session;
 
 /* Find or make the session for client_id and attach c to it (taking over from a connection
@@ -222,8 +225,9 @@ void session_resume(session *s, struct conn *by);
  * inflight delivery of it (pid 0: not sent yet), and finding a session by id. */
 session *session_restore(const char *id, uint16_t n, uint8_t version, uint32_t expiry_interval,
 			 int64_t expire_at);
-void session_restore_dlv(session *s, msg *m, uint8_t qos, uint64_t mid, uint16_t pid,
-			 uint8_t state);
+void session_restore_dlv(session *s, const dlv *d);
+/* At start, from the store: s's will, waiting to be published at `at` (weft_now clock). */
+void session_restore_will(session *s, msg *will, uint32_t delay, int64_t at);
 session *session_find(const char *id, uint16_t n);
 /* Note a subscription in s's list (conn.c). */
 void subrec_add(session *s, const uint8_t *f, uint16_t len);
@@ -289,10 +293,14 @@ void persist_close(void);
 /* Store writes; `by` is the connection whose batch must wait for them before acknowledging
  * (NULL: nobody waits). Lock of s held for persist_session, _enqueue, _inflight and _ack. */
 void persist_session(session *s, bool connected, struct conn *by);
-void persist_session_gone(session *s);
+void persist_session_gone(session *s, struct conn *by);
+/* s's will was published: its row goes (lock of s held). */
+void persist_will_gone(session *s);
+/* The last reference to a message stored under smid went (msg_unref). */
+void persist_release(uint64_t smid);
 void persist_sub(session *s, const char *f, uint16_t len, uint8_t opts, uint32_t subid,
 		 struct conn *by);
-void persist_unsub(session *s, const char *f, uint16_t len);
+void persist_unsub(session *s, const char *f, uint16_t len, struct conn *by);
 void persist_enqueue(session *s, dlv *d, struct conn *by);
 void persist_inflight(session *s, dlv *d);
 void persist_ack(session *s, uint16_t pid);

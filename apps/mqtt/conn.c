@@ -545,7 +545,8 @@ static int on_unsubscribe(conn *c, mq_packet *pk)
 		int found = topic_unsubscribe(c->s, (const char *)f.p, (uint16_t)f.len);
 		if (found) {
 			subrec_del(c->s, f.p, (uint16_t)f.len);
-			persist_unsub(c->s, (const char *)f.p, (uint16_t)f.len);
+			/* the UNSUBACK goes out with the batch's output, once this is durable */
+			persist_unsub(c->s, (const char *)f.p, (uint16_t)f.len, c);
 		}
 		codes[n++] = found ? 0 : MQ_RC_NO_SUBSCRIPTION_EXISTED;
 	}
@@ -588,10 +589,12 @@ static int handle(conn *c, const uint8_t *p, size_t n, bool *will)
 		session_pubrec(c->s, pk.packet_id, pk.reason, c);
 		return 0;
 	case MQ_PUBREL: {
+		/* PUBCOMP once the id is forgotten on disk too: the client may reuse it at once,
+		 * and a stale id restored after a crash would swallow its next message */
 		bool had = session_rel_del(c->s, pk.packet_id);
 		if (had)
-			persist_rel(c->s, pk.packet_id, false, NULL);
-		send_ack(c, MQ_PUBCOMP, pk.packet_id, had ? 0 : MQ_RC_PACKET_ID_NOT_FOUND);
+			persist_rel(c->s, pk.packet_id, false, c);
+		ack_pub(c, MQ_PUBCOMP, pk.packet_id, had ? 0 : MQ_RC_PACKET_ID_NOT_FOUND);
 		return 0;
 	}
 	case MQ_PUBCOMP:

@@ -39,6 +39,7 @@ msg *msg_new(const void *topic, uint16_t topic_len, const mq_bytes *props, const
 	uint32_t plen = props && props->len ? filter_props(props, NULL) : 0;
 	msg *m = pool_alloc(sizeof *m + topic_len + 1u + plen + payload_len);
 	atomic_init(&m->refs, 1);
+	atomic_init(&m->smid, 0);
 	m->qos = (uint8_t)qos;
 	m->retain = (uint8_t)retain;
 	m->topic_len = topic_len;
@@ -59,8 +60,12 @@ msg *msg_new(const void *topic, uint16_t topic_len, const mq_bytes *props, const
 
 void msg_unref(msg *m)
 {
-	if (m && atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) == 1)
+	if (m && atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) == 1) {
+		uint64_t smid = atomic_load_explicit(&m->smid, memory_order_relaxed);
+		if (smid) /* nobody can queue it for another session now */
+			persist_release(smid);
 		pool_free(m);
+	}
 }
 
 bool msg_expired(const msg *m, int64_t now)

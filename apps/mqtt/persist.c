@@ -2,24 +2,44 @@
  * persist.c - `persistence true`: what the broker writes to the store (store.c, SQLite) and
  * reads back at start.
  *
- * The rule is that a PUBACK or PUBREC goes out only once what the broker promised with it is
- * on disk. Every store call returns at once with a ticket; the connection that read a batch of
- * packets keeps the highest ticket its handlers got (c->ticket) and its PUBACK/PUBRECs in a
- * list (c->acks) instead of its session's output. At the end of the batch it waits once for
+ * The rule is that a PUBACK, PUBREC or PUBCOMP (and a SUBACK, an UNSUBACK, a CONNACK) goes
+ * out only once what the broker promised with it is on disk. Every store call returns at once
+ * with a ticket; the connection that read a batch of packets keeps the highest ticket its
+ * handlers got (c->ticket) and its PUBACK/PUBREC/PUBCOMPs in a list (c->acks) instead of its
+ * session's output (the other replies are in that output, written after the wait). At the end of the batch it waits once for
  * that ticket, then sends the acknowledgements in order: one fsync, shared with every other
  * connection waiting at the same time, covers the whole batch.
  *
  * What is stored: persistent sessions (3.1.1 without clean session, 5.0 with an expiry
- * interval), their subscriptions, the QoS 1/2 messages queued or inflight for them, their
- * packet ids once sent and the QoS 2 state, inbound QoS 2 ids between
- * PUBREC and PUBREL, and retained messages. A clean session is never written. Calls that
- * change a session's queue are made under the session's lock, so the store sees each queue in
- * the order the broker built it.
+ * interval), their subscriptions, the QoS 1/2 messages queued or inflight for them (with the
+ * RETAIN flag and subscription ids each receiver gets), their packet ids once sent and the
+ * QoS 2 state, inbound QoS 2 ids between PUBREC and PUBREL, their wills, and retained
+ * messages. A clean session is never written. Calls that change a session's queue are made
+ * under the session's lock, so the store sees each queue in the order the broker built it.
+ *
+ * A message routed to many persistent sessions is stored once: the msg keeps its store id in
+ * m->smid, set by the first store_enqueue, and the others refer to it. The store keeps the
+ * message pinned until the msg's last reference goes (msg_unref calls persist_release), since
+ * until then another session may still be given it (the routing is not finished, or it is a
+ * retained message sent on subscribe).
+ *
+ * Wills (a decision, see docs/weft-mqtt-durability.md): the will of a persistent session is
+ * stored while its connection is up (due `delay` seconds after the connection ends) and while
+ * it waits for its delay (with the time it is due). After a crash the connections that were up
+ * ended without DISCONNECT, so their wills are published after the next start, the delay
+ * counted from the start (MQTT 5.0 lets a server that fails defer wills until it restarts); a
+ * will that was waiting at a shutdown or crash is published when it is due. The will's
+ * publication and the deletion of its row are not one transaction: a crash between them
+ * publishes it again after the restart (at least once).
+ *
+ * Times go to the store as Unix seconds: due times and disconnections rounded up (nothing
+ * comes due early), message expiries rounded down (a message never gains time by a restart).
  *
  * Nothing here runs when persistence is off (persist_on false: one predictable branch).
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -32,27 +52,56 @@ bool persist_on;
 
 static store *st;
 
-/* weft_now-based deadlines <-> Unix seconds (the store outlives the process) */
+/* The wall clock in ns: the store keeps Unix seconds, since it outlives the process. */
+static int64_t real_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Now, in Unix seconds rounded up: what starts now (a disconnection) is never moved earlier. */
+static int64_t unix_now(void)
+{
+	return (real_ns() + 999999999) / 1000000000;
+}
+
+/* weft_now-based deadlines <-> Unix seconds, rounded up (nothing comes due early) */
 static int64_t to_unix(int64_t mono)
 {
 	if (!mono)
 		return 0;
-	int64_t left = (mono - weft_now()) / 1000000000;
-	return (int64_t)time(NULL) + (left > 0 ? left : 1);
+	int64_t left = mono - weft_now();
+	return (real_ns() + (left > 0 ? left : 0) + 999999999) / 1000000000;
+}
+
+static int64_t from_unix(int64_t unix_s)
+{
+	int64_t left = unix_s * 1000000000 - real_ns();
+	return weft_now() + (left > 0 ? left : 0);
 }
 
 static uint32_t left_s(int64_t unix_s)
 {
 	if (!unix_s)
 		return 0;
-	int64_t left = unix_s - (int64_t)time(NULL);
-	return left > 0 ? (uint32_t)left : 1;
+	int64_t left = (unix_s * 1000000000 - real_ns()) / 1000000000;
+	return left > 0 ? (uint32_t)left : 1; /* expired, inflight: its delivery had started */
+}
+
+/* A message's expiry in Unix seconds, rounded down: it never gains time by being stored. */
+static int64_t expiry_unix(int64_t mono)
+{
+	if (!mono)
+		return 0;
+	int64_t left = mono - weft_now(), t = (real_ns() + (left > 0 ? left : 0)) / 1000000000;
+	return t > 0 ? t : 1;
 }
 
 static void to_store(const msg *m, store_msg *o)
 {
 	*o = (store_msg){ m->topic, m->topic_len, m->qos, m->retain, m->props, m->props_len,
-			  m->payload, m->payload_len, to_unix(m->expiry) };
+			  m->payload, m->payload_len, expiry_unix(m->expiry) };
 }
 
 static msg *from_store(const store_msg *m)
@@ -99,16 +148,78 @@ static void ld_sub(void *arg, const char *id, uint16_t id_len, const char *f, ui
 	subrec_add(s, (const uint8_t *)f, flen);
 }
 
-static void ld_queued(void *arg, const char *id, uint16_t id_len, uint64_t mid,
-		      const store_msg *sm, uint8_t qos, uint16_t pid, uint8_t state)
+/* Messages read back so far, by store id: a message queued for many sessions is one row, and
+ * becomes one msg again (open addressing; only during store_load). */
+typedef struct loaded {
+	uint64_t *mid;
+	msg **m;
+	size_t n, cap; /* cap: a power of two, or 0 */
+} loaded;
+
+static msg *loaded_get(loaded *l, const store_msg *sm, uint64_t mid)
+{
+	if (2 * (l->n + 1) > l->cap) {
+		loaded b = { NULL, NULL, 0, l->cap ? 2 * l->cap : 1024 };
+		b.mid = calloc(b.cap, sizeof *b.mid);
+		b.m = calloc(b.cap, sizeof *b.m);
+		if (!b.mid || !b.m)
+			abort();
+		for (size_t i = 0; i < l->cap; i++)
+			if (l->m[i]) {
+				size_t j = l->mid[i] & (b.cap - 1);
+				while (b.m[j])
+					j = (j + 1) & (b.cap - 1);
+				b.mid[j] = l->mid[i], b.m[j] = l->m[i];
+			}
+		b.n = l->n;
+		free(l->mid);
+		free(l->m);
+		*l = b;
+	}
+	size_t j = mid & (l->cap - 1);
+	for (; l->m[j]; j = (j + 1) & (l->cap - 1))
+		if (l->mid[j] == mid)
+			return msg_ref(l->m[j]);
+	l->mid[j] = mid;
+	l->m[j] = from_store(sm);
+	l->n++;
+	return msg_ref(l->m[j]);
+}
+
+static void loaded_free(loaded *l)
+{
+	for (size_t i = 0; i < l->cap; i++)
+		msg_unref(l->m[i]);
+	free(l->mid);
+	free(l->m);
+}
+
+static void ld_queued(void *arg, const char *id, uint16_t id_len, const store_msg *sm,
+		      const store_dlv *sd)
+{
+	session *s = session_find(id, id_len);
+	if (!s)
+		return;
+	msg *m = loaded_get(arg, sm, sd->mid);
+	dlv d = { .m = m, .pid = sd->pid, .qos = sd->qos, .retain = sd->retain,
+		  .state = sd->state, .nsub = sd->nsubid, .mid = sd->row };
+	memcpy(d.subid, sd->subid, sizeof d.subid);
+	session_restore_dlv(s, &d);
+	msg_unref(m);
+}
+
+static void ld_will(void *arg, const char *id, uint16_t id_len, const store_msg *sm,
+		    uint32_t delay, int64_t at)
 {
 	(void)arg;
 	session *s = session_find(id, id_len);
 	if (!s)
 		return;
-	msg *m = from_store(sm);
-	session_restore_dlv(s, m, qos, mid, pid, state);
-	msg_unref(m);
+	mq_bytes props = { sm->props, sm->props_len };
+	msg *m = msg_new(sm->topic, sm->topic_len, &props, sm->payload, sm->payload_len, sm->qos,
+			 sm->retain, (uint32_t)sm->expiry);
+	/* up at the crash: it ended now, as far as anyone can tell */
+	session_restore_will(s, m, delay, at ? from_unix(at) : weft_now() + (int64_t)delay * 1000000000);
 }
 
 static void ld_rel(void *arg, const char *id, uint16_t id_len, uint16_t pid)
@@ -133,13 +244,20 @@ int persist_open(void)
 		return 0;
 	char err[512];
 	const char *dir = conf.persistence_location[0] ? conf.persistence_location : ".";
-	st = store_open(dir, NULL, err, sizeof err);
+	/* WEFT_MQTT_STORE_COMMIT_DELAY_MS: for the tests of what a crash between a write and
+	 * its durability does (see store_opts) */
+	const char *delay = getenv("WEFT_MQTT_STORE_COMMIT_DELAY_MS");
+	store_opts o = { .commit_delay_ms = delay ? atoi(delay) : 0 };
+	st = store_open(dir, &o, err, sizeof err);
 	if (!st) {
 		fprintf(stderr, "weft-mqtt: persistence: %s\n", err);
 		return -1;
 	}
-	store_callbacks cb = { ld_session, ld_sub, ld_queued, ld_rel, ld_retained };
-	if (store_load(st, &cb, NULL) < 0) {
+	store_callbacks cb = { ld_session, ld_sub, ld_queued, ld_rel, ld_will, ld_retained };
+	loaded msgs = { 0 };
+	int r = store_load(st, &cb, &msgs);
+	loaded_free(&msgs);
+	if (r < 0) {
 		fprintf(stderr, "weft-mqtt: persistence: %s\n", store_error(st));
 		store_close(st);
 		st = NULL;
@@ -149,6 +267,7 @@ int persist_open(void)
 		fprintf(stderr, "weft-mqtt: persistence: %ld sessions, %ld retained messages loaded\n",
 			sessions_count(), topic_retained_count());
 	persist_on = true;
+	sessions_reap(weft_now()); /* wills already due go out before any client is let in */
 	return 0;
 }
 
@@ -164,6 +283,25 @@ void persist_close(void)
 
 /* ---- sessions ------------------------------------------------------------------------------- */
 
+/* The will as it stands: up with the connection, waiting for its delay, or none. Lock held. */
+static void put_will(session *s, bool connected, conn *by)
+{
+	if (s->will && (connected || s->will_pending)) {
+		store_msg sm;
+		to_store(s->will, &sm);
+		if (sm.expiry) { /* stored as the interval left: it counts from the publication */
+			int64_t left = (s->will->expiry - weft_now() + 999999999) / 1000000000;
+			sm.expiry = left > 0 ? left : 1;
+		}
+		ticket(by, store_put_will(st, s->client_id, s->id_len, &sm, s->will_delay,
+					  connected ? 0 : to_unix(s->will_at)));
+		s->will_stored = true;
+	} else if (s->will_stored) {
+		s->will_stored = false;
+		ticket(by, store_del_will(st, s->client_id, s->id_len));
+	}
+}
+
 void persist_session(session *s, bool connected, conn *by)
 {
 	if (!persist_on)
@@ -171,21 +309,31 @@ void persist_session(session *s, bool connected, conn *by)
 	if (s->expiry_interval == 0) { /* clean: forget a persistent one it replaces */
 		if (s->stored) {
 			s->stored = false;
+			s->will_stored = false;
 			ticket(by, store_del_session(st, s->client_id, s->id_len));
 		}
 		return;
 	}
 	store_session ss = { s->client_id, s->id_len, s->version, s->expiry_interval,
-			     connected ? 0 : (int64_t)time(NULL) };
+			     connected ? 0 : unix_now() };
 	s->stored = true;
 	ticket(by, store_put_session(st, &ss));
+	put_will(s, connected, by);
 }
 
-void persist_session_gone(session *s)
+void persist_will_gone(session *s)
+{
+	if (persist_on && s->will_stored) {
+		s->will_stored = false;
+		ticket(NULL, store_del_will(st, s->client_id, s->id_len));
+	}
+}
+
+void persist_session_gone(session *s, conn *by)
 {
 	if (persist_on && s->stored) {
 		s->stored = false;
-		ticket(NULL, store_del_session(st, s->client_id, s->id_len));
+		ticket(by, store_del_session(st, s->client_id, s->id_len));
 	}
 }
 
@@ -195,22 +343,29 @@ void persist_sub(session *s, const char *f, uint16_t len, uint8_t opts, uint32_t
 		ticket(by, store_put_sub(st, s->client_id, s->id_len, f, len, opts, subid));
 }
 
-void persist_unsub(session *s, const char *f, uint16_t len)
+void persist_unsub(session *s, const char *f, uint16_t len, conn *by)
 {
 	if (persist_on && s->stored)
-		ticket(NULL, store_del_sub(st, s->client_id, s->id_len, f, len));
+		ticket(by, store_del_sub(st, s->client_id, s->id_len, f, len));
 }
 
 /* ---- messages ------------------------------------------------------------------------------- */
 
-/* Each session's copy is its own row: sharing one row between the sessions of a routing
- * (store_enqueue_mid) would race with an early acknowledgement from the first of them, which
- * deletes the row once nobody else holds it. */
+/* The message is stored once for all the sessions it goes to (m->smid), the delivery - QoS,
+ * RETAIN flag, subscription ids - once per session (d->mid: its row). */
 void persist_enqueue(session *s, dlv *d, conn *by)
 {
 	store_msg sm;
 	to_store(d->m, &sm);
-	ticket(by, store_enqueue(st, s->client_id, s->id_len, &sm, d->qos, &d->mid));
+	store_dlv sd = { .qos = d->qos, .retain = d->retain, .nsubid = d->nsub, .pid = d->pid };
+	memcpy(sd.subid, d->subid, sizeof sd.subid);
+	ticket(by, store_enqueue(st, s->client_id, s->id_len, &sm, &sd, &d->mid, &d->m->smid));
+}
+
+void persist_release(uint64_t smid)
+{
+	if (persist_on)
+		ticket(NULL, store_release(st, smid));
 }
 
 void persist_inflight(session *s, dlv *d)
@@ -267,12 +422,17 @@ int persist_open(void)
 
 void persist_close(void) {}
 void persist_session(session *s, bool connected, conn *by) { (void)s, (void)connected, (void)by; }
-void persist_session_gone(session *s) { (void)s; }
+void persist_session_gone(session *s, conn *by) { (void)s, (void)by; }
+void persist_will_gone(session *s) { (void)s; }
+void persist_release(uint64_t smid) { (void)smid; }
 void persist_sub(session *s, const char *f, uint16_t len, uint8_t opts, uint32_t subid, conn *by)
 {
 	(void)s, (void)f, (void)len, (void)opts, (void)subid, (void)by;
 }
-void persist_unsub(session *s, const char *f, uint16_t len) { (void)s, (void)f, (void)len; }
+void persist_unsub(session *s, const char *f, uint16_t len, conn *by)
+{
+	(void)s, (void)f, (void)len, (void)by;
+}
 void persist_enqueue(session *s, dlv *d, conn *by) { (void)s, (void)d, (void)by; }
 void persist_inflight(session *s, dlv *d) { (void)s, (void)d; }
 void persist_ack(session *s, uint16_t pid) { (void)s, (void)pid; }

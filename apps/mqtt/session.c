@@ -107,7 +107,7 @@ static void session_end(session *s)
 	msg *will = NULL;
 	WEFT_WITH_LOCK(&s->lock) {
 		s->dead = true;
-		persist_session_gone(s);
+		persist_session_gone(s, NULL);
 		subs = s->subs, s->subs = NULL;
 		q = s->queue, s->queue = s->queue_tail = NULL;
 		inf = s->inflight, s->inflight = s->inflight_tail = NULL;
@@ -132,8 +132,10 @@ static void session_end(session *s)
 
 static void publish_will(msg *m)
 {
-	if (m->retain)
+	if (m->retain) {
 		topic_retain(m);
+		persist_retained(m, NULL);
+	}
 	topic_publish(m, NULL, NULL);
 	msg_unref(m);
 }
@@ -220,6 +222,8 @@ session *session_attach(conn *c, const char *id, uint16_t n, bool clean, bool *p
 			if (old->will_pending)
 				will = old->will, old->will = NULL;
 			old->will_pending = false;
+			/* the CONNACK says "no session": only once that is true on disk too */
+			persist_session_gone(old, c);
 		}
 		if (will)
 			publish_will(will);
@@ -260,11 +264,13 @@ session *session_restore(const char *id, uint16_t n, uint8_t version, uint32_t e
 
 static void inflight_append(session *s, dlv *d);
 
-void session_restore_dlv(session *s, msg *m, uint8_t qos, uint64_t mid, uint16_t pid,
-			 uint8_t state)
+void session_restore_dlv(session *s, const dlv *proto)
 {
 	dlv *d = pool_alloc(sizeof *d);
-	*d = (dlv){ NULL, msg_ref(m), pid, qos, 0, state, 0, { 0 }, mid };
+	*d = *proto;
+	d->next = NULL;
+	msg_ref(d->m);
+	uint16_t pid = d->pid;
 	WEFT_WITH_LOCK(&s->lock) {
 		if (pid) {
 			inflight_append(s, d);
@@ -279,6 +285,18 @@ void session_restore_dlv(session *s, msg *m, uint8_t qos, uint64_t mid, uint16_t
 			s->nqueued++;
 			stats_add(ST_QUEUED, 1);
 		}
+	}
+}
+
+void session_restore_will(session *s, msg *will, uint32_t delay, int64_t at)
+{
+	WEFT_WITH_LOCK(&s->lock) {
+		msg_unref(s->will);
+		s->will = will;
+		s->will_delay = delay;
+		s->will_pending = true;
+		s->will_at = at;
+		s->will_stored = true;
 	}
 }
 
@@ -354,6 +372,7 @@ void sessions_reap(int64_t now)
 							v[wills.n++] = s->will;
 							s->will = NULL;
 							s->will_pending = false;
+							persist_will_gone(s);
 						}
 						expire = s->expire_at && s->expire_at <= now;
 					}
@@ -530,20 +549,20 @@ static void forget(session *s, dlv *d)
 
 static void start(session *s, dlv *d, int64_t now)
 {
-	d->pid = new_pid(s);
+	bool known = d->pid != 0; /* given before it was stored: the store has it already */
+	if (!known)
+		d->pid = new_pid(s);
 	d->state = 0;
+	if (d->mid && !known)
+		persist_inflight(s, d);
 	if (encode_pub(s, d->m, d->qos, d->pid, 0, d->retain, d->subid, d->nsub, now) < 0) {
 		stats_add(ST_PUB_DROPPED, 1);
-		if (d->mid) {
-			persist_inflight(s, d);
+		if (d->mid)
 			persist_ack(s, d->pid);
-		}
 		msg_unref(d->m);
 		pool_free(d);
 		return;
 	}
-	if (d->mid)
-		persist_inflight(s, d);
 	inflight_append(s, d);
 }
 
@@ -615,8 +634,10 @@ void session_deliver(session *s, msg *m, int qos, int retain, const uint32_t *su
 		dlv *d = pool_alloc(sizeof *d);
 		*d = (dlv){ NULL, msg_ref(m), 0, (uint8_t)qos, (uint8_t)retain, 0, (uint8_t)nsub, { 0 }, 0 };
 		memcpy(d->subid, subids, (size_t)nsub * sizeof *subids);
-		if (s->stored)
+		if (s->stored) { /* stored as sent already: one write instead of two */
+			d->pid = new_pid(s);
 			persist_enqueue(s, d, by);
+		}
 		start(s, d, now);
 	} else if (s->nqueued < (uint32_t)conf.max_queued_messages) {
 		dlv *d = pool_alloc(sizeof *d);

@@ -27,8 +27,23 @@
  * wait returns -EIO - a broker must not acknowledge them.
  *
  * The data: sessions(id), subs(id, filter), msgs(mid) holding each message once, queue(id,
- * seq) saying which session holds which message (pid and state once inflight), rel(id, pid),
- * retained(topic). A message row is deleted with its last queue row.
+ * seq) saying which session holds which message and how it is delivered (QoS, RETAIN flag,
+ * subscription ids; pid and state once inflight), rel(id, pid), wills(id), retained(topic).
+ *
+ * Sharing a message between sessions. A publish routed to N persistent sessions is one msgs
+ * row and N queue rows. The row must outlive every delivery that refers to it, including the
+ * ones the routing has yet to queue: the first receiver's acknowledgement can reach the store
+ * before the routing task has queued the message for the last one. So a shared message is
+ * pinned (a row in the in-memory table temp.pins) from the write that stores it until the
+ * broker releases it (store_release, when its last in-memory reference goes); while pinned,
+ * acknowledgements and session deletions leave its msgs row alone, and the release deletes it
+ * if no queue row refers to it any more. Each write applies in one transaction, so a crash
+ * never leaves a queue row without its message; what it can leave is a message nobody refers
+ * to any more (its pin was in memory), and store_open deletes those.
+ *
+ * Row ids (queue.seq) and message ids are handed out with the tickets, under qlock, so a
+ * caller knows them at once and a write that refers to a message always comes after the one
+ * that stored it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -51,18 +66,21 @@
 
 enum {
 	OP_PUT_RET, OP_DEL_RET, OP_PUT_SES, OP_DEL_SES, OP_PUT_SUB, OP_DEL_SUB, OP_ENQ,
-	OP_ENQ_MID, OP_INFLIGHT, OP_ACK, OP_REL_ADD, OP_REL_DEL
+	OP_ENQ_MID, OP_INFLIGHT, OP_ACK, OP_REL_ADD, OP_REL_DEL, OP_RELEASE, OP_PUT_WILL,
+	OP_DEL_WILL
 };
 
 /* One write, with its strings and blobs copied after it. */
 typedef struct op {
 	int kind;
 	int64_t ticket;
-	uint64_t mid;
-	int64_t time;          /* expiry, disconnected_at */
-	uint32_t u32;          /* subid, expiry_interval */
+	uint64_t mid, seq;
+	int64_t time, time2;   /* expiry, disconnected_at; a will's due time */
+	uint32_t u32;          /* subid, expiry_interval, will delay */
 	uint16_t id_len, s_len, pid;
-	uint8_t qos, retain, state, opts, version;
+	uint8_t qos, retain, state, opts, version, mqos, nsubid;
+	bool pin;              /* OP_ENQ: a shared message, pinned until OP_RELEASE */
+	uint32_t subid[4];
 	uint32_t props_len, payload_len;
 	char *id, *s;          /* client id; topic or filter */
 	uint8_t *props, *payload;
@@ -80,17 +98,25 @@ typedef struct op {
 	X(ses_subs, "DELETE FROM subs WHERE id=?1")                                             \
 	X(ses_rel, "DELETE FROM rel WHERE id=?1")                                               \
 	X(ses_msgs, "DELETE FROM msgs WHERE mid IN (SELECT mid FROM queue WHERE id=?1) AND "    \
-		    "NOT EXISTS (SELECT 1 FROM queue q WHERE q.mid=msgs.mid AND q.id<>?1)")     \
+		    "NOT EXISTS (SELECT 1 FROM queue q WHERE q.mid=msgs.mid AND q.id<>?1) AND " \
+		    "mid NOT IN (SELECT mid FROM temp.pins)")                                   \
+	X(ses_will, "DELETE FROM wills WHERE id=?1")                                            \
 	X(ses_queue, "DELETE FROM queue WHERE id=?1")                                           \
 	X(sub_put, "INSERT OR REPLACE INTO subs(id,filter,opts,subid) VALUES(?1,?2,?3,?4)")     \
 	X(sub_del, "DELETE FROM subs WHERE id=?1 AND filter=?2")                                \
 	X(msg_put, "INSERT INTO msgs(mid,topic,qos,retain,props,payload,expiry) "               \
 		   "VALUES(?1,?2,?3,?4,?5,?6,?7)")                                              \
-	X(q_put, "INSERT OR REPLACE INTO queue(id,seq,mid,qos,pid,state) VALUES(?1,?2,?3,?4,0,0)") \
-	X(q_inflight, "UPDATE queue SET pid=?3, state=?4 WHERE id=?1 AND mid=?2")               \
+	X(q_put, "INSERT OR REPLACE INTO queue(id,seq,mid,qos,pid,state,retain,subids) "         \
+		 "VALUES(?1,?2,?3,?4,?7,0,?5,?6)")                                              \
+	X(q_inflight, "UPDATE queue SET pid=?3, state=?4 WHERE id=?1 AND seq=?2")               \
 	X(q_ack, "DELETE FROM queue WHERE id=?1 AND pid=?2 RETURNING mid")                      \
 	X(msg_orphan, "DELETE FROM msgs WHERE mid=?1 AND NOT EXISTS "                           \
-		      "(SELECT 1 FROM queue WHERE mid=?1)")                                     \
+		      "(SELECT 1 FROM queue WHERE mid=?1) AND NOT EXISTS "                      \
+		      "(SELECT 1 FROM temp.pins WHERE mid=?1)")                                 \
+	X(pin, "INSERT OR IGNORE INTO temp.pins(mid) VALUES(?1)")                               \
+	X(unpin, "DELETE FROM temp.pins WHERE mid=?1")                                          \
+	X(will_put, "INSERT OR REPLACE INTO wills(id,topic,qos,retain,props,payload,expiry,"    \
+		    "delay,at) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)")                             \
 	X(rel_add, "INSERT OR IGNORE INTO rel(id,pid) VALUES(?1,?2)")                           \
 	X(rel_del, "DELETE FROM rel WHERE id=?1 AND pid=?2")                                    \
 	X(begin, "BEGIN")                                                                       \
@@ -102,9 +128,11 @@ enum { STATEMENTS(X_ENUM) S_COUNT };
 #define X_SQL(name, sql) sql,
 static const char *const stmt_sql[] = { STATEMENTS(X_SQL) };
 
+/* Version 2 added queue.retain, queue.subids and wills (upgrade: schema_v1_to_v2). */
+#define SCHEMA_VERSION 2
 static const char *const schema =
 	"CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v);"
-	"INSERT OR IGNORE INTO meta VALUES('schema', 1);"
+	"INSERT OR IGNORE INTO meta VALUES('schema', 2);"
 	"CREATE TABLE IF NOT EXISTS retained(topic BLOB PRIMARY KEY, qos INT, props BLOB,"
 	" payload BLOB, expiry INT);"
 	"CREATE TABLE IF NOT EXISTS sessions(id BLOB PRIMARY KEY, version INT,"
@@ -114,10 +142,23 @@ static const char *const schema =
 	"CREATE TABLE IF NOT EXISTS msgs(mid INTEGER PRIMARY KEY, topic BLOB, qos INT,"
 	" retain INT, props BLOB, payload BLOB, expiry INT);"
 	"CREATE TABLE IF NOT EXISTS queue(id BLOB, seq INT, mid INT, qos INT, pid INT, state INT,"
-	" PRIMARY KEY(id, seq)) WITHOUT ROWID;"
+	" retain INT NOT NULL DEFAULT 0, subids BLOB, PRIMARY KEY(id, seq)) WITHOUT ROWID;"
 	"CREATE INDEX IF NOT EXISTS queue_mid ON queue(mid);"
 	"CREATE INDEX IF NOT EXISTS queue_pid ON queue(id, pid);"
-	"CREATE TABLE IF NOT EXISTS rel(id BLOB, pid INT, PRIMARY KEY(id, pid)) WITHOUT ROWID;";
+	"CREATE TABLE IF NOT EXISTS rel(id BLOB, pid INT, PRIMARY KEY(id, pid)) WITHOUT ROWID;"
+	"CREATE TABLE IF NOT EXISTS wills(id BLOB PRIMARY KEY, topic BLOB, qos INT, retain INT,"
+	" props BLOB, payload BLOB, expiry INT, delay INT, at INT);"
+	/* in memory, this connection's: shared messages the broker may still queue */
+	"CREATE TEMP TABLE IF NOT EXISTS pins(mid INTEGER PRIMARY KEY);";
+
+static const char *const schema_v1_to_v2 =
+	"BEGIN;"
+	"ALTER TABLE queue ADD COLUMN retain INT NOT NULL DEFAULT 0;"
+	"ALTER TABLE queue ADD COLUMN subids BLOB;"
+	"CREATE TABLE IF NOT EXISTS wills(id BLOB PRIMARY KEY, topic BLOB, qos INT, retain INT,"
+	" props BLOB, payload BLOB, expiry INT, delay INT, at INT);"
+	"UPDATE meta SET v=2 WHERE k='schema';"
+	"COMMIT;";
 
 struct store {
 	sqlite3 *db;
@@ -128,13 +169,12 @@ struct store {
 	weft_chan *ch;            /* op pointers, in ticket order */
 	weft_mutex qlock;         /* ticket, mid and send together */
 	int64_t next_ticket;
-	uint64_t next_mid;
+	uint64_t next_mid, next_seq;
 	bool closed;
 	bool started;             /* the writer thread runs */
 	_Atomic int64_t issued;   /* the last ticket handed out */
 	/* the writer thread */
 	pthread_t writer;
-	uint64_t next_seq;        /* queue order (writer only) */
 	/* completion */
 	_Atomic int64_t durable;
 	atomic_int failed;
@@ -197,20 +237,35 @@ static int by_id(store *st, int which, const op *o)
 	return run(s);
 }
 
-static int orphan(store *st, uint64_t mid)
+
+static int by_mid(store *st, int which, uint64_t mid)
 {
-	sqlite3_stmt *s = stmt(st, S_msg_orphan);
+	sqlite3_stmt *s = stmt(st, which);
 	sqlite3_bind_int64(s, 1, (int64_t)mid);
 	return run(s);
 }
 
+/* Subscription ids as stored: 4 bytes each, big-endian. */
+static void subids_put(uint8_t *b, const uint32_t *v, int n)
+{
+	for (int i = 0; i < n; i++)
+		b[4 * i] = (uint8_t)(v[i] >> 24), b[4 * i + 1] = (uint8_t)(v[i] >> 16),
+		b[4 * i + 2] = (uint8_t)(v[i] >> 8), b[4 * i + 3] = (uint8_t)v[i];
+}
+
 static int enqueue_row(store *st, const op *o)
 {
+	uint8_t ids[16];
 	sqlite3_stmt *s = stmt(st, S_q_put);
 	bind_blob(s, 1, o->id, o->id_len);
-	sqlite3_bind_int64(s, 2, (int64_t)++st->next_seq);
+	sqlite3_bind_int64(s, 2, (int64_t)o->seq);
 	sqlite3_bind_int64(s, 3, (int64_t)o->mid);
 	sqlite3_bind_int(s, 4, o->qos);
+	sqlite3_bind_int(s, 5, o->retain);
+	subids_put(ids, o->subid, o->nsubid);
+	if (o->nsubid)
+		sqlite3_bind_blob(s, 6, ids, 4 * o->nsubid, SQLITE_TRANSIENT);
+	sqlite3_bind_int(s, 7, o->pid);
 	return run(s);
 }
 
@@ -240,7 +295,7 @@ static int apply(store *st, const op *o)
 	case OP_DEL_SES:
 		return by_id(st, S_ses_del, o) || by_id(st, S_ses_subs, o) ||
 		       by_id(st, S_ses_rel, o) || by_id(st, S_ses_msgs, o) ||
-		       by_id(st, S_ses_queue, o) ? -1 : 0;
+		       by_id(st, S_ses_queue, o) || by_id(st, S_ses_will, o) ? -1 : 0;
 	case OP_PUT_SUB:
 	case OP_DEL_SUB:
 		s = stmt(st, o->kind == OP_PUT_SUB ? S_sub_put : S_sub_del);
@@ -255,12 +310,12 @@ static int apply(store *st, const op *o)
 		s = stmt(st, S_msg_put);
 		sqlite3_bind_int64(s, 1, (int64_t)o->mid);
 		bind_blob(s, 2, o->s, o->s_len);
-		sqlite3_bind_int(s, 3, o->qos);
-		sqlite3_bind_int(s, 4, o->retain);
+		sqlite3_bind_int(s, 3, o->mqos);
+		sqlite3_bind_int(s, 4, o->opts); /* the message's own RETAIN flag */
 		bind_blob(s, 5, o->props, o->props_len);
 		bind_blob(s, 6, o->payload, o->payload_len);
 		sqlite3_bind_int64(s, 7, o->time);
-		if (run(s))
+		if (run(s) || (o->pin && by_mid(st, S_pin, o->mid)))
 			return -1;
 		return enqueue_row(st, o);
 	case OP_ENQ_MID:
@@ -268,7 +323,7 @@ static int apply(store *st, const op *o)
 	case OP_INFLIGHT:
 		s = stmt(st, S_q_inflight);
 		bind_blob(s, 1, o->id, o->id_len);
-		sqlite3_bind_int64(s, 2, (int64_t)o->mid);
+		sqlite3_bind_int64(s, 2, (int64_t)o->seq);
 		sqlite3_bind_int(s, 3, o->pid);
 		sqlite3_bind_int(s, 4, o->state);
 		return run(s);
@@ -285,10 +340,26 @@ static int apply(store *st, const op *o)
 		if (r != SQLITE_DONE)
 			return -1;
 		for (int i = 0; i < n; i++)
-			if (orphan(st, mids[i]))
+			if (by_mid(st, S_msg_orphan, mids[i]))
 				return -1;
 		return 0;
 	}
+	case OP_RELEASE:
+		return by_mid(st, S_unpin, o->mid) || by_mid(st, S_msg_orphan, o->mid) ? -1 : 0;
+	case OP_PUT_WILL:
+		s = stmt(st, S_will_put);
+		bind_blob(s, 1, o->id, o->id_len);
+		bind_blob(s, 2, o->s, o->s_len);
+		sqlite3_bind_int(s, 3, o->mqos);
+		sqlite3_bind_int(s, 4, o->retain);
+		bind_blob(s, 5, o->props, o->props_len);
+		bind_blob(s, 6, o->payload, o->payload_len);
+		sqlite3_bind_int64(s, 7, o->time);
+		sqlite3_bind_int64(s, 8, o->u32);
+		sqlite3_bind_int64(s, 9, o->time2);
+		return run(s);
+	case OP_DEL_WILL:
+		return by_id(st, S_ses_will, o);
 	case OP_REL_ADD:
 	case OP_REL_DEL:
 		s = stmt(st, o->kind == OP_REL_ADD ? S_rel_add : S_rel_del);
@@ -319,6 +390,9 @@ static void batch(store *st, op *first)
 		run(stmt(st, S_rollback));
 		return;
 	}
+	if (st->o.commit_delay_ms)
+		nanosleep(&(struct timespec){ st->o.commit_delay_ms / 1000,
+					      st->o.commit_delay_ms % 1000 * 1000000L }, NULL);
 	if (run(stmt(st, S_commit))) {
 		fail(st, "commit");
 		run(stmt(st, S_rollback));
@@ -389,8 +463,18 @@ static op *op_new(int kind, const char *id, uint16_t id_len, const char *s, uint
 	return o;
 }
 
-/* Hand o to the writer: its ticket, or -errno (o freed). */
-static int64_t submit(store *st, op *o, uint64_t *mid)
+/* Where an enqueue's ids go: the row's, and the shared message's (may be NULL). */
+typedef struct enq_ids {
+	uint64_t *row;
+	_Atomic uint64_t *shared;
+} enq_ids;
+
+/*
+ * Hand o to the writer: its ticket, or -errno (o freed). For an enqueue, the row id and (for a
+ * message not stored yet) the message id are handed out here too, and a shared message whose
+ * id another task set meanwhile is only referred to (OP_ENQ becomes OP_ENQ_MID).
+ */
+static int64_t submit(store *st, op *o, const enq_ids *e)
 {
 	if (!o)
 		return -ENOMEM;
@@ -399,20 +483,31 @@ static int64_t submit(store *st, op *o, uint64_t *mid)
 		return -EIO;
 	}
 	int64_t t = -EPIPE;
-	bool enq = o->kind == OP_ENQ; /* once sent, o is the writer's (and may be freed) */
+	uint64_t mid = 0;
 	weft_mutex_lock(&st->qlock);
 	if (!st->closed && !st->started) /* see start_writer */
 		t = start_writer(st);
 	if (!st->closed && t != -EAGAIN) {
 		o->ticket = st->next_ticket + 1;
-		if (enq)
-			o->mid = st->next_mid + 1;
+		if (e) {
+			o->seq = st->next_seq + 1;
+			if (o->kind == OP_ENQ && e->shared && atomic_load(e->shared))
+				o->kind = OP_ENQ_MID, o->mid = atomic_load(e->shared);
+			if (o->kind == OP_ENQ)
+				o->mid = mid = st->next_mid + 1;
+		}
 		int r = weft_chan_put(st->ch, &o, sizeof o); /* waits only when 64 Ki behind */
-		if (r == 0) {
+		if (r == 0) { /* o is the writer's now (and may be freed) */
 			t = ++st->next_ticket;
 			atomic_store(&st->issued, t);
-			if (enq)
-				*mid = ++st->next_mid;
+			if (e) {
+				*e->row = ++st->next_seq;
+				if (mid) {
+					st->next_mid = mid;
+					if (e->shared)
+						atomic_store(e->shared, mid);
+				}
+			}
 		} else {
 			t = r;
 		}
@@ -479,32 +574,60 @@ int64_t store_del_sub(store *st, const char *id, uint16_t id_len, const char *fi
 }
 
 int64_t store_enqueue(store *st, const char *id, uint16_t id_len, const store_msg *m,
-		      uint8_t qos, uint64_t *mid)
+		      const store_dlv *d, uint64_t *row, _Atomic uint64_t *shared)
 {
-	if (bad_msg(m) || !mid)
+	if (bad_msg(m) || !d || !row || d->nsubid > 4)
 		return -EINVAL;
-	op *o = op_new(OP_ENQ, id, id_len, m->topic, m->topic_len, m->props, m->props_len,
-		       m->payload, m->payload_len);
-	if (o)
-		o->qos = qos, o->retain = m->retain, o->time = m->expiry;
-	return submit(st, o, mid);
+	op *o;
+	if (shared && atomic_load(shared)) /* stored already: a queue row is all it takes */
+		o = op_new(OP_ENQ_MID, id, id_len, NULL, 0, NULL, 0, NULL, 0);
+	else
+		o = op_new(OP_ENQ, id, id_len, m->topic, m->topic_len, m->props, m->props_len,
+			   m->payload, m->payload_len);
+	if (o) {
+		o->qos = d->qos, o->retain = d->retain, o->nsubid = d->nsubid, o->pid = d->pid;
+		memcpy(o->subid, d->subid, sizeof o->subid);
+		o->mqos = m->qos, o->opts = m->retain, o->time = m->expiry, o->pin = shared != NULL;
+		if (o->kind == OP_ENQ_MID)
+			o->mid = atomic_load(shared);
+	}
+	enq_ids e = { row, shared };
+	return submit(st, o, &e);
 }
 
-int64_t store_enqueue_mid(store *st, const char *id, uint16_t id_len, uint64_t mid, uint8_t qos)
+int64_t store_release(store *st, uint64_t mid)
 {
-	op *o = op_new(OP_ENQ_MID, id, id_len, NULL, 0, NULL, 0, NULL, 0);
+	op *o = op_new(OP_RELEASE, NULL, 0, NULL, 0, NULL, 0, NULL, 0);
 	if (o)
-		o->mid = mid, o->qos = qos;
+		o->mid = mid;
 	return submit(st, o, NULL);
 }
 
-int64_t store_inflight(store *st, const char *id, uint16_t id_len, uint64_t mid, uint16_t pid,
+int64_t store_inflight(store *st, const char *id, uint16_t id_len, uint64_t row, uint16_t pid,
 		       uint8_t state)
 {
 	op *o = op_new(OP_INFLIGHT, id, id_len, NULL, 0, NULL, 0, NULL, 0);
 	if (o)
-		o->mid = mid, o->pid = pid, o->state = state;
+		o->seq = row, o->pid = pid, o->state = state;
 	return submit(st, o, NULL);
+}
+
+int64_t store_put_will(store *st, const char *id, uint16_t id_len, const store_msg *m,
+		       uint32_t delay, int64_t at)
+{
+	if (bad_msg(m))
+		return -EINVAL;
+	op *o = op_new(OP_PUT_WILL, id, id_len, m->topic, m->topic_len, m->props, m->props_len,
+		       m->payload, m->payload_len);
+	if (o)
+		o->mqos = m->qos, o->retain = m->retain, o->time = m->expiry, o->u32 = delay,
+		o->time2 = at;
+	return submit(st, o, NULL);
+}
+
+int64_t store_del_will(store *st, const char *id, uint16_t id_len)
+{
+	return submit(st, op_new(OP_DEL_WILL, id, id_len, NULL, 0, NULL, 0, NULL, 0), NULL);
 }
 
 static int64_t by_pid(store *st, int kind, const char *id, uint16_t id_len, uint16_t pid)
@@ -599,7 +722,10 @@ static void close_db(store *st)
 static int open_db(store *st, char *err, size_t cap)
 {
 	char b[512];
-	int r = sqlite3_open_v2(st->path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+	/* NOMUTEX: one thread at a time uses the connection (the opener, then the writer, then the
+	 * closer, which joins the writer first), so SQLite need not lock on every call */
+	int r = sqlite3_open_v2(st->path, &st->db,
+				SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
 	if (r != SQLITE_OK) {
 		snprintf(err, cap, "%s: cannot open: %s", st->path,
 			 st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(r));
@@ -631,10 +757,21 @@ static int open_db(store *st, char *err, size_t cap)
 		snprintf(err, cap, "%s is damaged: %s", st->path, b);
 		return -1;
 	}
+	if (query_text(st, "PRAGMA temp_store=MEMORY", b, sizeof b))
+		goto sql_error;
+	/* a database of schema 1 has no meta row saying 2 yet: read the version first */
+	int64_t v = 0;
+	if (query_int(st, "SELECT count(*) FROM sqlite_master WHERE name='meta'") > 0)
+		v = query_int(st, "SELECT v FROM meta WHERE k='schema'");
+	if (v == 1 && sqlite3_exec(st->db, schema_v1_to_v2, NULL, NULL, NULL) != SQLITE_OK) {
+		snprintf(err, cap, "%s: upgrading from schema 1: %s", st->path, sqlite3_errmsg(st->db));
+		sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+		return -1;
+	}
 	if (sqlite3_exec(st->db, schema, NULL, NULL, NULL) != SQLITE_OK)
 		goto sql_error;
-	int64_t v = query_int(st, "SELECT v FROM meta WHERE k='schema'");
-	if (v != 1) {
+	v = query_int(st, "SELECT v FROM meta WHERE k='schema'");
+	if (v != SCHEMA_VERSION) {
 		snprintf(err, cap, "%s: unknown schema version %lld", st->path, (long long)v);
 		return -1;
 	}
@@ -642,9 +779,19 @@ static int open_db(store *st, char *err, size_t cap)
 		if (sqlite3_prepare_v3(st->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &st->st[i],
 				       NULL) != SQLITE_OK)
 			goto sql_error;
-	/* a message without a queue row is nobody's */
-	if (sqlite3_exec(st->db, "DELETE FROM msgs WHERE mid NOT IN (SELECT mid FROM queue)",
-			 NULL, NULL, NULL) != SQLITE_OK)
+	/* What expired while the broker was down goes: deliveries not started yet (one already
+	 * sent must be completed, expired or not) and retained messages. Then a message without
+	 * a queue row is nobody's: its pin, or the rest of a write cut short, was in memory. */
+	char sweep[512];
+	long long now = (long long)time(NULL);
+	snprintf(sweep, sizeof sweep,
+		 "BEGIN;"
+		 "DELETE FROM queue WHERE pid=0 AND mid IN"
+		 " (SELECT mid FROM msgs WHERE expiry>0 AND expiry<=%lld);"
+		 "DELETE FROM retained WHERE expiry>0 AND expiry<=%lld;"
+		 "DELETE FROM msgs WHERE mid NOT IN (SELECT mid FROM queue);"
+		 "COMMIT;", now, now);
+	if (sqlite3_exec(st->db, sweep, NULL, NULL, NULL) != SQLITE_OK)
 		goto sql_error;
 	int64_t mid = query_int(st, "SELECT COALESCE(MAX(mid),0) FROM msgs");
 	int64_t seq = query_int(st, "SELECT COALESCE(MAX(seq),0) FROM queue");
@@ -746,13 +893,15 @@ static void col_msg(sqlite3_stmt *s, int i, store_msg *m)
 	m->expiry = sqlite3_column_int64(s, i + 5);
 }
 
-enum { L_SESSIONS, L_SUBS, L_QUEUE, L_REL, L_RETAINED };
+enum { L_SESSIONS, L_SUBS, L_QUEUE, L_REL, L_WILLS, L_RETAINED };
 static const char *const load_sql[] = {
 	"SELECT id, version, expiry_interval, disconnected_at FROM sessions ORDER BY id",
 	"SELECT id, filter, opts, subid FROM subs",
 	("SELECT q.id, q.mid, q.qos, q.pid, q.state, m.topic, m.qos, m.retain, m.props, m.payload,"
-	 " m.expiry FROM queue q JOIN msgs m ON m.mid = q.mid ORDER BY q.id, q.seq"),
+	 " m.expiry, q.seq, q.retain, q.subids FROM queue q JOIN msgs m ON m.mid = q.mid"
+	 " ORDER BY q.id, q.seq"),
 	"SELECT id, pid FROM rel",
+	"SELECT id, delay, at, topic, qos, retain, props, payload, expiry FROM wills ORDER BY id",
 	"SELECT topic, qos, 0, props, payload, expiry FROM retained ORDER BY topic",
 };
 
@@ -780,9 +929,25 @@ static void load_row(int what, sqlite3_stmt *s, const store_callbacks *cb, void 
 		if (cb->queued) {
 			store_msg m;
 			col_msg(s, 5, &m);
-			cb->queued(arg, id, (uint16_t)n, (uint64_t)sqlite3_column_int64(s, 1), &m,
-				   (uint8_t)sqlite3_column_int(s, 2), (uint16_t)sqlite3_column_int(s, 3),
-				   (uint8_t)sqlite3_column_int(s, 4));
+			store_dlv d = { .qos = (uint8_t)sqlite3_column_int(s, 2),
+					.retain = (uint8_t)sqlite3_column_int(s, 12),
+					.row = (uint64_t)sqlite3_column_int64(s, 11),
+					.mid = (uint64_t)sqlite3_column_int64(s, 1),
+					.pid = (uint16_t)sqlite3_column_int(s, 3),
+					.state = (uint8_t)sqlite3_column_int(s, 4) };
+			const uint8_t *b = (const uint8_t *)col_blob(s, 13, &n2);
+			for (uint32_t i = 0; i + 4 <= n2 && d.nsubid < 4; i += 4)
+				d.subid[d.nsubid++] = (uint32_t)b[i] << 24 | (uint32_t)b[i + 1] << 16 |
+						      (uint32_t)b[i + 2] << 8 | b[i + 3];
+			cb->queued(arg, id, (uint16_t)n, &m, &d);
+		}
+		break;
+	case L_WILLS:
+		if (cb->will) {
+			store_msg m;
+			col_msg(s, 3, &m);
+			cb->will(arg, id, (uint16_t)n, &m, (uint32_t)sqlite3_column_int64(s, 1),
+				 sqlite3_column_int64(s, 2));
 		}
 		break;
 	case L_REL:

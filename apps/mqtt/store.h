@@ -27,6 +27,7 @@
 #ifndef WEFT_MQTT_STORE_H
 #define WEFT_MQTT_STORE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -40,6 +41,9 @@ typedef struct store_opts {
 			* For measuring the cost of fsync only; the broker never sets it. */
 	int64_t max_bytes; /* cap on the database file (0: none): a write past it fails the
 			    * store, as a full disk does, instead of filling the disk */
+	int commit_delay_ms; /* tests only: wait this long before each commit, as a slow disk
+			      * would, so that a test can kill the broker while a write is
+			      * handed over but not yet durable */
 } store_opts;
 
 /*
@@ -100,22 +104,44 @@ int64_t store_put_sub(store *st, const char *id, uint16_t id_len, const char *fi
 int64_t store_del_sub(store *st, const char *id, uint16_t id_len, const char *filter,
 		      uint16_t filter_len);
 
+/* One delivery of a message to a session: what the receiver gets besides the message. */
+typedef struct store_dlv {
+	uint8_t qos;          /* 1 or 2 */
+	uint8_t retain;       /* the RETAIN flag this receiver gets (retain-as-published, or a
+			       * retained message sent on subscribe) */
+	uint8_t nsubid;       /* 5.0 subscription identifiers it carries, up to 4 */
+	uint32_t subid[4];
+	/* given back by store_load */
+	uint64_t row;         /* the delivery's id: store_inflight's key */
+	uint64_t mid;         /* the message's id, shared by the sessions it was queued for */
+	uint16_t pid;         /* 0: not sent yet */
+	uint8_t state;
+} store_dlv;
+
 /*
- * Queue message m for session id at QoS qos (1 or 2), after everything queued for it before.
- * The message is stored once: *mid receives its id, with which store_enqueue_mid queues the
- * same message for further sessions (a publish fanned out to many persistent subscribers).
- * The message row goes when the last session holding it acknowledges it or is deleted.
+ * Queue message m for session id as delivery d (qos, retain, subid; pid when it is sent at
+ * once, as store_inflight(..., pid, 0) would say, 0 otherwise), after everything queued for it
+ * before; *row receives the delivery's id.
+ *
+ * shared NULL: the message is stored with this delivery alone and goes with its
+ * acknowledgement. shared not NULL: the message is stored once for every session it is
+ * queued for. *shared is its id, 0 until the first store_enqueue with it stores the message
+ * and sets it; later calls (any task) only add a queue row that refers to it. Such a message
+ * is *pinned*: no acknowledgement or session deletion removes its row while the caller may
+ * still queue it for another session; store_release(*shared) unpins it, and the row goes with
+ * the last delivery that refers to it (at once if there is none). Setting *shared and handing
+ * the write over happen under one lock, so a write that refers to a message always comes
+ * after the one that stored it.
  */
 int64_t store_enqueue(store *st, const char *id, uint16_t id_len, const store_msg *m,
-		      uint8_t qos, uint64_t *mid);
-int64_t store_enqueue_mid(store *st, const char *id, uint16_t id_len, uint64_t mid,
-			  uint8_t qos);
+		      const store_dlv *d, uint64_t *row, _Atomic uint64_t *shared);
+int64_t store_release(store *st, uint64_t mid);
 /*
- * The queued message mid of session id went out with packet id pid: state 0 PUBLISH sent,
- * 1 PUBREC received and PUBREL sent (QoS 2). After a restart it is resent with the same pid
- * (DUP), or its PUBREL is.
+ * Delivery row of session id went out with packet id pid: state 0 PUBLISH sent, 1 PUBREC
+ * received and PUBREL sent (QoS 2). After a restart it is resent with the same pid (DUP), or
+ * its PUBREL is.
  */
-int64_t store_inflight(store *st, const char *id, uint16_t id_len, uint64_t mid, uint16_t pid,
+int64_t store_inflight(store *st, const char *id, uint16_t id_len, uint64_t row, uint16_t pid,
 		       uint8_t state);
 /* The client acknowledged pid (PUBACK, or PUBCOMP for QoS 2): forget that delivery. */
 int64_t store_ack(store *st, const char *id, uint16_t id_len, uint16_t pid);
@@ -123,6 +149,17 @@ int64_t store_ack(store *st, const char *id, uint16_t id_len, uint16_t pid);
 /* Inbound QoS 2: the broker sent PUBREC for pid (add) or got its PUBREL (del). */
 int64_t store_rel_add(store *st, const char *id, uint16_t id_len, uint16_t pid);
 int64_t store_rel_del(store *st, const char *id, uint16_t id_len, uint16_t pid);
+
+/*
+ * The will of session id (a persistent one): message m (m->expiry here is the message expiry
+ * interval in seconds, 0 none, since it counts from publication), published `delay` seconds
+ * after its connection ends. at: Unix seconds when it is due, once the connection has ended;
+ * 0 while the connection is up (after a crash it counts from the next start). Put replaces;
+ * del when it was published, cancelled (DISCONNECT, a new connection) or replaced by none.
+ */
+int64_t store_put_will(store *st, const char *id, uint16_t id_len, const store_msg *m,
+		       uint32_t delay, int64_t at);
+int64_t store_del_will(store *st, const char *id, uint16_t id_len);
 
 /* ---- durability -------------------------------------------------------------------------- */
 
@@ -150,18 +187,21 @@ typedef struct store_callbacks {
 	void (*session)(void *arg, const store_session *s);
 	void (*sub)(void *arg, const char *id, uint16_t id_len, const char *filter,
 		    uint16_t filter_len, uint8_t opts, uint32_t subid);
-	/* queued and inflight messages of each session in the order they were queued; pid 0:
-	 * not sent yet */
-	void (*queued)(void *arg, const char *id, uint16_t id_len, uint64_t mid,
-		       const store_msg *m, uint8_t qos, uint16_t pid, uint8_t state);
+	/* queued and inflight deliveries of each session in the order they were queued */
+	void (*queued)(void *arg, const char *id, uint16_t id_len, const store_msg *m,
+		       const store_dlv *d);
 	void (*rel)(void *arg, const char *id, uint16_t id_len, uint16_t pid);
+	void (*will)(void *arg, const char *id, uint16_t id_len, const store_msg *m,
+		     uint32_t delay, int64_t at);
 	void (*retained)(void *arg, const store_msg *m);
 } store_callbacks;
 
 /*
  * Read everything back, at start-up: sessions first, then their subscriptions, queued
- * messages and QoS 2 ids, then retained messages. Returns 0, or -EIO with store_error saying
- * what (a damaged database).
+ * messages, QoS 2 ids and wills, then retained messages. Deliveries not sent yet whose message
+ * expired while the broker was down, and expired retained messages, are deleted at
+ * store_open and not given back. Returns 0, or -EIO with store_error saying what (a damaged
+ * database).
  */
 int store_load(store *st, const store_callbacks *cb, void *arg);
 

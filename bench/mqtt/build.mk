@@ -3,7 +3,7 @@
 # header is installed (.ci/run installs it); otherwise there is nothing to build here.
 ifeq ($(ARCH)$(wildcard /usr/include/mosquitto.h),/usr/include/mosquitto.h)
 ALL     += $(B)/bin/weft-mqtt-load
-BENCHES += $(B)/bench/mqtt
+BENCHES += $(B)/bench/mqtt $(B)/bench/mqtt-persist
 
 $(B)/bin/weft-mqtt-load: $(wildcard bench/mqtt/*.c) bench/mqtt/loadgen.h | $(B)/bin
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c,$^) -lmosquitto -lm $(LDLIBS)
@@ -11,6 +11,10 @@ $(B)/bin/weft-mqtt-load: $(wildcard bench/mqtt/*.c) bench/mqtt/loadgen.h | $(B)/
 # The benchmark is a script: it finds the load generator and the broker beside itself (in
 # $(B)/bin), so `make bench` builds the broker too.
 $(B)/bench/mqtt: bench/mqtt/run.sh $(B)/bin/weft-mqtt-load | $(B)/bench $(if $(wildcard apps/mqtt/build.mk),$(B)/bin/weft-mqtt)
+	cp $< $@
+	chmod +x $@
+# What persistence costs with persistent subscribers, weft-mqtt against mosquitto (persist.sh).
+$(B)/bench/mqtt-persist: bench/mqtt/persist.sh $(B)/bin/weft-mqtt-load | $(B)/bench $(if $(wildcard apps/mqtt/build.mk),$(B)/bin/weft-mqtt)
 	cp $< $@
 	chmod +x $@
 endif

@@ -38,6 +38,13 @@
  *             abortive close after its DISCONNECT, or thousands of TIME_WAIT sockets a second
  *             would exhaust the local ports.
  *
+ * Sessions: clean by default, with client ids and topics named after the generator's pid
+ * (lg<pid>-pub0, lg<pid>/pair/0, ...). -c makes every connection's session persistent (3.1.1:
+ * clean session off; 5.0: clean start off and a session expiry interval of an hour), which a
+ * broker with persistence on writes to disk: the QoS 1/2 messages of such a subscriber are
+ * stored before the publisher's acknowledgement. -i PREFIX replaces lg<pid> with a fixed
+ * prefix, so that a second run finds the same sessions again.
+ *
  * Fresh connections are slow for their first messages (TCP and allocator warm-up, in any
  * broker), so the first -x seconds (default 0.5) of traffic are not measured: rates, CPU and
  * latencies count what arrives after them (what was sent after them, for latencies); losses
@@ -92,7 +99,8 @@ static void usage(void)
 	fputs("usage: mqtt-loadgen [-h host] [-p port] [-t fanin|pairs|fanout] [-P publishers]\n"
 	      "         [-S subscribers] [-q qos] [-s payload bytes] [-n msgs per publisher]\n"
 	      "         [-d seconds] [-r total msgs/s] [-w window] [-W worker threads] [-V 3|5]\n"
-	      "         [-b broker pid] [-x warm-up seconds] [-I idle connections] [-C seq|par]\n", stderr);
+	      "         [-b broker pid] [-x warm-up seconds] [-I idle connections] [-C seq|par]\n"
+	      "         [-c (persistent sessions)] [-i client id and topic prefix]\n", stderr);
 	exit(2);
 }
 
@@ -115,7 +123,8 @@ static void raise_fd_limit(void)
 int main(int argc, char **argv)
 {
 	int ch;
-	while ((ch = getopt(argc, argv, "h:p:t:P:S:q:s:n:d:r:w:W:V:b:I:C:x:")) != -1) {
+	const char *prefix = NULL;
+	while ((ch = getopt(argc, argv, "h:p:t:P:S:q:s:n:d:r:w:W:V:b:I:C:x:ci:")) != -1) {
 		switch (ch) {
 		case 'h': opt.host = optarg; break;
 		case 'p': opt.port = atoi(optarg); break;
@@ -138,6 +147,8 @@ int main(int argc, char **argv)
 		case 'I': opt.idle = atoi(optarg); break;
 		case 'C': opt.storm = optarg; break;
 		case 'x': opt.warmup = atof(optarg); break;
+		case 'c': opt.persistent = true; break;
+		case 'i': prefix = optarg; break;
 		default: usage();
 		}
 	}
@@ -154,7 +165,12 @@ int main(int argc, char **argv)
 		die("give a message count (-n) or a duration (-d)");
 	if (opt.storm && opt.duration <= 0)
 		die("a storm needs a duration (-d)");
-	snprintf(opt.prefix, sizeof opt.prefix, "lg%d", (int)getpid());
+	if (prefix && (!*prefix || strlen(prefix) >= 32 || strpbrk(prefix, "+#/")))
+		die("-i: a prefix of 1 to 31 characters, without + # or /");
+	if (prefix)
+		snprintf(opt.prefix, sizeof opt.prefix, "%s", prefix);
+	else
+		snprintf(opt.prefix, sizeof opt.prefix, "lg%d", (int)getpid());
 	raise_fd_limit();
 	mosquitto_lib_init();
 	int rc = opt.storm ? run_storm() : opt.idle ? run_idle() : run_traffic();

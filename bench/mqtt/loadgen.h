@@ -6,6 +6,7 @@
 #define WEFT_MQTT_LOADGEN_H
 
 #include <mosquitto.h>
+#include <mqtt_protocol.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -85,7 +86,8 @@ struct options {
 	int idle;        /* -I: idle connections */
 	const char *storm;
 	int broker_pid;
-	char prefix[64];
+	bool persistent; /* -c: persistent sessions (clean session off; 5.0: session expiry) */
+	char prefix[64]; /* of client ids and topics: lg<pid>, or -i's */
 };
 
 extern struct options opt;

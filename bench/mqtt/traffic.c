@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <poll.h>
 #include <sys/epoll.h>
@@ -103,7 +104,7 @@ static void conn_open(struct conn *c, const char *kind)
 {
 	char id[96];
 	snprintf(id, sizeof id, "%s-%s%d", opt.prefix, kind, c->idx);
-	c->m = mosquitto_new(id, true, c);
+	c->m = mosquitto_new(id, !opt.persistent, c);
 	if (!c->m)
 		die("mosquitto_new failed");
 	mosquitto_int_option(c->m, MOSQ_OPT_PROTOCOL_VERSION, opt.version);
@@ -116,7 +117,20 @@ static void conn_open(struct conn *c, const char *kind)
 	 * may drop what goes past its own limit (mosquitto 2.0.11 drops the QoS 2 PUBLISHes of a
 	 * 3.1.1 client past its max_inflight_messages without a PUBREC: lost for good), and in
 	 * 5.0 libmosquitto keeps to the broker's Receive Maximum instead. */
-	int rc = mosquitto_connect_async(c->m, opt.host, opt.port, opt.keepalive);
+	int rc;
+	if (opt.persistent && opt.version == MQTT_PROTOCOL_V5) {
+		/* 5.0: the session outlives the connection by its expiry interval (an hour). Only
+		 * the blocking connect takes CONNECT properties; to 127.0.0.1 it does not wait. */
+		mosquitto_property *props = NULL;
+		mosquitto_property_add_int32(&props, MQTT_PROP_SESSION_EXPIRY_INTERVAL, 3600);
+		rc = mosquitto_connect_bind_v5(c->m, opt.host, opt.port, opt.keepalive, NULL, props);
+		mosquitto_property_free_all(&props);
+		int fd = mosquitto_socket(c->m); /* left blocking: the workers need it not to */
+		if (rc == MOSQ_ERR_SUCCESS && fd >= 0)
+			fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+	} else {
+		rc = mosquitto_connect_async(c->m, opt.host, opt.port, opt.keepalive);
+	}
 	if (rc != MOSQ_ERR_SUCCESS) {
 		fprintf(stderr, "mqtt-loadgen: connect %s:%d: %s\n", opt.host, opt.port,
 			rc == MOSQ_ERR_ERRNO ? strerror(errno) : mosquitto_strerror(rc));
