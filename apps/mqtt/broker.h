@@ -179,6 +179,7 @@ typedef struct session {
 	/* will */
 	msg *will;
 	uint32_t will_delay;
+	uint32_t will_expiry;       /* its message expiry interval (s), from its publication */
 	uint64_t will_gen;
 	/* batching marks: which publisher's dirty list holds this session */
 	void *dirty_owner;
@@ -227,7 +228,7 @@ session *session_restore(const char *id, uint16_t n, uint8_t version, uint32_t e
 			 int64_t expire_at);
 void session_restore_dlv(session *s, const dlv *d);
 /* At start, from the store: s's will, waiting to be published at `at` (weft_now clock). */
-void session_restore_will(session *s, msg *will, uint32_t delay, int64_t at);
+void session_restore_will(session *s, msg *will, uint32_t delay, uint32_t expiry, int64_t at);
 session *session_find(const char *id, uint16_t n);
 /* Note a subscription in s's list (conn.c). */
 void subrec_add(session *s, const uint8_t *f, uint16_t len);

@@ -320,7 +320,7 @@ static int on_connect(conn *c, mq_packet *pk)
 		mq_props *wp = &pk->connect.will_props;
 		will = msg_new(pk->connect.will_topic.p, (uint16_t)pk->connect.will_topic.len,
 			       &wp->raw, pk->connect.will_payload.p, pk->connect.will_payload.len,
-			       pk->connect.will_qos, pk->connect.will_retain, wp->message_expiry);
+			       pk->connect.will_qos, pk->connect.will_retain, 0);
 	}
 	bool present = false;
 	session *s = session_attach(c, (const char *)pk->connect.client_id.p,
@@ -352,6 +352,7 @@ static int on_connect(conn *c, mq_packet *pk)
 		msg_unref(s->will);
 		s->will = will;
 		s->will_delay = pk->connect.will_props.will_delay;
+		s->will_expiry = pk->connect.will_props.message_expiry;
 		if (!present)
 			s->nrel = 0;
 		persist_session(s, true, c);

@@ -217,9 +217,10 @@ static void ld_will(void *arg, const char *id, uint16_t id_len, const store_msg 
 		return;
 	mq_bytes props = { sm->props, sm->props_len };
 	msg *m = msg_new(sm->topic, sm->topic_len, &props, sm->payload, sm->payload_len, sm->qos,
-			 sm->retain, (uint32_t)sm->expiry);
+			 sm->retain, 0);
 	/* up at the crash: it ended now, as far as anyone can tell */
-	session_restore_will(s, m, delay, at ? from_unix(at) : weft_now() + (int64_t)delay * 1000000000);
+	session_restore_will(s, m, delay, (uint32_t)sm->expiry,
+			     at ? from_unix(at) : weft_now() + (int64_t)delay * 1000000000);
 }
 
 static void ld_rel(void *arg, const char *id, uint16_t id_len, uint16_t pid)
@@ -289,10 +290,7 @@ static void put_will(session *s, bool connected, conn *by)
 	if (s->will && (connected || s->will_pending)) {
 		store_msg sm;
 		to_store(s->will, &sm);
-		if (sm.expiry) { /* stored as the interval left: it counts from the publication */
-			int64_t left = (s->will->expiry - weft_now() + 999999999) / 1000000000;
-			sm.expiry = left > 0 ? left : 1;
-		}
+		sm.expiry = s->will_expiry; /* the interval: it counts from the publication */
 		ticket(by, store_put_will(st, s->client_id, s->id_len, &sm, s->will_delay,
 					  connected ? 0 : to_unix(s->will_at)));
 		s->will_stored = true;

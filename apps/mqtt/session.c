@@ -99,6 +99,18 @@ static void dlv_free_list(dlv *d)
 	}
 }
 
+/* Take s's will to publish it (lock of s held). Its message expiry counts from now: a will
+ * published after a delay or a restart is not born old. */
+static msg *take_will(session *s)
+{
+	msg *m = s->will;
+	s->will = NULL;
+	if (m && s->will_expiry)
+		m->expiry = weft_now() + (int64_t)s->will_expiry * 1000000000;
+	return m;
+}
+
+
 /* The session ends: out of the tree, its messages released. Not in the table any more. */
 static void session_end(session *s)
 {
@@ -113,7 +125,7 @@ static void session_end(session *s)
 		inf = s->inflight, s->inflight = s->inflight_tail = NULL;
 		stats_add(ST_QUEUED, -(uint64_t)s->nqueued);
 		s->nqueued = s->ninflight = 0;
-		will = s->will, s->will = NULL;
+		will = take_will(s);
 		pool_free(s->out);
 		s->out = NULL;
 		s->out_len = s->out_cap = 0;
@@ -220,7 +232,7 @@ session *session_attach(conn *c, const char *id, uint16_t n, bool clean, bool *p
 		msg *will = NULL;
 		WEFT_WITH_LOCK(&old->lock) {
 			if (old->will_pending)
-				will = old->will, old->will = NULL;
+				will = take_will(old);
 			old->will_pending = false;
 			/* the CONNACK says "no session": only once that is true on disk too */
 			persist_session_gone(old, c);
@@ -288,12 +300,13 @@ void session_restore_dlv(session *s, const dlv *proto)
 	}
 }
 
-void session_restore_will(session *s, msg *will, uint32_t delay, int64_t at)
+void session_restore_will(session *s, msg *will, uint32_t delay, uint32_t expiry, int64_t at)
 {
 	WEFT_WITH_LOCK(&s->lock) {
 		msg_unref(s->will);
 		s->will = will;
 		s->will_delay = delay;
+		s->will_expiry = expiry;
 		s->will_pending = true;
 		s->will_at = at;
 		s->will_stored = true;
@@ -324,8 +337,7 @@ void session_detach(conn *c, bool publish_will_now)
 			if (delay > s->expiry_interval)
 				delay = s->expiry_interval;
 			if (delay == 0 || end) {
-				will = s->will;
-				s->will = NULL;
+				will = take_will(s);
 			} else {
 				s->will_pending = true;
 				s->will_at = now + (int64_t)delay * 1000000000;
@@ -369,8 +381,7 @@ void sessions_reap(int64_t now)
 							break;
 						if (s->will_pending && s->will_at <= now) {
 							msg **v = route_grow(&wills, sizeof(msg *), wills.n + 1);
-							v[wills.n++] = s->will;
-							s->will = NULL;
+							v[wills.n++] = take_will(s);
 							s->will_pending = false;
 							persist_will_gone(s);
 						}
@@ -395,7 +406,7 @@ void sessions_reap(int64_t now)
 		msg *will = NULL;
 		WEFT_WITH_LOCK(&s->lock) {
 			if (s->will_pending) /* the session ends before the will delay */
-				will = s->will, s->will = NULL;
+				will = take_will(s);
 		}
 		if (will)
 			publish_will(will);

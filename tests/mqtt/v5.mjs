@@ -212,6 +212,22 @@ test('will_delay_v5', async () => {
 	eq(msgs(w), ['wd/a gone'], 'no will for the client that came back');
 });
 
+// A will's message expiry counts from its publication, not from the CONNECT that carried it.
+test('will_expiry_from_publication_v5', async () => {
+	await startBroker();
+	const w = await client(5);
+	await w.subscribeAsync('we/#', { qos: 1 });
+	const a = await client(5, { clientId: 'we-a', clean: false, properties: { sessionExpiryInterval: 10 },
+		will: { topic: 'we/a', payload: 'gone', qos: 1,
+			properties: { willDelayInterval: 1, messageExpiryInterval: 2 } } });
+	await sleep(1500); // the will is older than its expiry by the time it is published
+	a.stream.destroy();
+	await until(() => w.messages.length >= 1, 4000, 'the will');
+	eq(msgs(w), ['we/a gone'], 'the will, published 2.5 s after its CONNECT');
+	const left = w.messages[0].packet.properties?.messageExpiryInterval;
+	eq(left, 2, 'the will\'s expiry counts from its publication (seconds left, rounded up)');
+});
+
 test('maximum_packet_size_v5', async () => {
 	await startBroker();
 	const s = await client(5, { properties: { maximumPacketSize: 200 } });
