@@ -71,7 +71,7 @@ listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 free_port() {
 	local p
 	while :; do
-		p=$((20000 + RANDOM % 40000))
+		p=$((10000 + RANDOM % 22000)) # below the ephemeral ports outgoing connections take
 		listening $p || { echo $p; return; }
 	done
 }
@@ -98,10 +98,23 @@ remote_conf() {
 	} > "$dir/remote.conf"
 }
 start_remote() {
-	mosquitto -c "$dir/remote.conf" >> "$dir/remote.log" 2>&1 &
-	RPID=$!
-	pids+=($RPID)
-	wait_port $RPORT $RPID || fail "mosquitto did not start"
+	for try in 1 2 3; do
+		mosquitto -c "$dir/remote.conf" >> "$dir/remote.log" 2>&1 &
+		RPID=$!
+		pids+=($RPID)
+		wait_port $RPORT $RPID && { RSTARTED=1; return 0; }
+		# the first time only: a restart must be on the port the bridge dials
+		[ -z "$RSTARTED" ] && grep -q "Address already in use" "$dir/remote.log" || break
+		retry_port RPORT "$dir/remote.conf"
+	done
+	fail "mosquitto did not start"
+}
+# a port found free may be taken before the broker binds it: then another one, in the file
+retry_port() { # retry_port VAR FILE
+	local old=${!1} new
+	new=$(free_port)
+	sed -i "s/listener $old /listener $new /" "$2"
+	eval "$1=$new"
 }
 stop_remote() {
 	kill -TERM $RPID
@@ -120,10 +133,16 @@ weft_conf() {
 	} > "$dir/weft.conf"
 }
 start_weft() {
-	"$WEFT" -v -c "$dir/weft.conf" >> "$dir/weft.log" 2>&1 &
-	WPID=$!
-	pids+=($WPID)
-	wait_port $LPORT $WPID || fail "weft-mqtt did not start"
+	for try in 1 2 3; do
+		"$WEFT" -v -c "$dir/weft.conf" >> "$dir/weft.log" 2>&1 &
+		WPID=$!
+		pids+=($WPID)
+		wait_port $LPORT $WPID && return 0
+		grep -q "cannot listen on 127.0.0.1:$LPORT: Address already in use" "$dir/weft.log" ||
+			break
+		retry_port LPORT "$dir/weft.conf"
+	done
+	fail "weft-mqtt did not start"
 }
 # SIGTERM: weft-mqtt must end cleanly, without a sanitizer's report
 stop_weft() {
