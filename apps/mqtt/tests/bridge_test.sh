@@ -22,7 +22,7 @@ bindir=$(cd "$(dirname "$0")/../bin" 2>/dev/null && pwd)
 WEFT="$bindir/weft-mqtt"
 PATH=$PATH:/usr/sbin
 TESTS="directions_v311 directions_v5 qos prefixes no_loop credentials tls reconnect
-notifications keepalive config_errors config_every_option"
+addresses retain max_packet notifications keepalive config_errors config_every_option"
 
 why=
 if [ -n "$RUNNER" ]; then
@@ -481,6 +481,75 @@ t_reconnect() {
 	expect L "rc/down 1 while-down" "rc/up 1 again" "rc/up2 1 again2"
 	expect R "rc/down 1 while-down" "rc/up 1 again" "rc/up2 1 again2"
 	[ "$(grep -c 'bridge r1: connected' "$dir/weft.log")" -ge 2 ] || fail "no reconnection logged"
+	stop_weft
+}
+
+# addresses: the first does not answer, the bridge goes on to the next
+t_addresses() {
+	remote_conf
+	start_remote
+	local dead
+	dead=$(free_port)
+	{
+		echo "listener $LPORT 127.0.0.1"
+		echo "connection r1"
+		echo "addresses 127.0.0.1:$dead 127.0.0.1:$RPORT"
+		echo "remote_clientid br1"
+		echo "restart_timeout 1"
+		echo "topic ad/# out 1"
+	} > "$dir/weft.conf"
+	start_weft
+	collect R $RPORT ad/#
+	ready R $LPORT ad/probe
+	pub -p $LPORT -t ad/x -q 1 -m second
+	expect R "ad/x 1 second"
+	grep -q "bridge r1: 127.0.0.1:$dead: Connection refused" "$dir/weft.log" ||
+		fail "the first address was not tried"
+	grep -q "bridge r1: connected to 127.0.0.1:$RPORT" "$dir/weft.log" || fail "not connected"
+	stop_weft
+}
+
+# Retained messages cross with their flag (a local one published before the bridge connects
+# goes out when it does); bridge_outgoing_retain false clears the flag
+t_retain() {
+	remote_conf
+	start_remote
+	pub -p $RPORT -t rin/old -r -q 1 -m remote-retained
+	weft_conf "topic rout/# out 1" "topic rin/# in 1" "connection flat" \
+		"address 127.0.0.1:$RPORT" "remote_clientid brflat" "topic flat/# out 1" \
+		"bridge_outgoing_retain false" "restart_timeout 1"
+	start_weft
+	pub -p $LPORT -t rout/early -r -q 1 -m early # maybe before the bridge is up: still goes
+	state $RPORT '$SYS/broker/connection/br1/state' 1
+	state $RPORT '$SYS/broker/connection/brflat/state' 1
+	collect R $RPORT rout/# flat/#
+	ready R $LPORT rout/probe
+	ready R $LPORT flat/probe
+	pub -p $LPORT -t rout/late -r -q 1 -m late
+	pub -p $LPORT -t flat/x -r -q 1 -m notretained
+	expect R "rout/early 1 early" "rout/late 1 late" "flat/x 1 notretained"
+	# a new subscriber at the remote sees what is retained there
+	state $RPORT rout/early early
+	state $RPORT rout/late late
+	[ -z "$(mosquitto_sub -p $RPORT -t flat/x -C 1 -W 1 2>/dev/null)" ] ||
+		fail "flat/x is retained at the remote"
+	state $LPORT rin/old remote-retained
+	stop_weft
+}
+
+# bridge_max_packet_size: a PUBLISH larger than it is not sent to the remote
+t_max_packet() {
+	remote_conf
+	start_remote
+	weft_conf "topic mp/# out 1" "bridge_max_packet_size 200"
+	start_weft
+	collect R $RPORT mp/#
+	ready R $LPORT mp/probe
+	local big
+	big=$(head -c 300 /dev/zero | tr '\0' x)
+	pub -p $LPORT -t mp/big -q 1 -m "$big"
+	pub -p $LPORT -t mp/small -q 1 -m small
+	expect R "mp/small 1 small"
 	stop_weft
 }
 
