@@ -72,12 +72,13 @@ typedef struct bridge {
 	int insecure, tls_version, outgoing_retain;
 	long max_packet;
 	/* running */
-	tls_ctx *tls;
+	tls_ctx *tls[MAX_ADDRS]; /* per address: each checks its own host name */
 	weft_task *task;
 	int cur;                 /* the address tried next */
 	int wait_s;              /* the back-off's current wait */
 	uint32_t seed;
 	int64_t ping_at;         /* a PINGREQ unanswered since (only the bridge's task) */
+	atomic_int retain_ok;    /* the remote takes retained messages (a 5.0 CONNACK may say no) */
 	atomic_int connected;
 	_Atomic uint64_t msgs_in, msgs_out, connects, failures;
 } bridge;
@@ -85,7 +86,7 @@ typedef struct bridge {
 static bridge *bridges[MAX_BRIDGES];
 static int nbridges;
 
-/* ---- configuration --------------------------------------------------------------------------- */
+/* ---- configuration -------------------------------------------------------------------------- */
 
 static char *dup_or_die(const char *s)
 {
@@ -438,7 +439,7 @@ int bridge_conf_end(const char *file)
 	return 0;
 }
 
-/* ---- topic filters --------------------------------------------------------------------------- */
+/* ---- topic filters -------------------------------------------------------------------------- */
 
 /* Does topic t (n bytes) match filter f (NUL-terminated)? MQTT's rules, $-topics included. */
 static bool matches(const char *f, const char *t, size_t n)
@@ -513,7 +514,7 @@ int bridge_out_topic(conn *c, const msg *m, const char **topic, uint16_t *tlen, 
 		     int *retain)
 {
 	bridge *b = c->bridge;
-	if (!b->outgoing_retain)
+	if (!b->outgoing_retain || !atomic_load_explicit(&b->retain_ok, memory_order_relaxed))
 		*retain = 0;
 	atomic_fetch_add_explicit(&b->msgs_out, 1, memory_order_relaxed);
 	for (int i = 0; i < b->ntopics; i++) {
@@ -534,7 +535,7 @@ int bridge_out_topic(conn *c, const msg *m, const char **topic, uint16_t *tlen, 
 	return 0;
 }
 
-/* ---- packets a server sends ------------------------------------------------------------------ */
+/* ---- packets a server sends ----------------------------------------------------------------- */
 
 int bridge_packet(conn *c, const mq_packet *pk)
 {
@@ -563,7 +564,7 @@ int bridge_packet(conn *c, const mq_packet *pk)
 	}
 }
 
-/* ---- keep-alive -------------------------------------------------------------------------------- */
+/* ---- keep-alive ----------------------------------------------------------------------------- */
 
 int64_t bridge_ping_deadline(conn *c, int64_t last)
 {
@@ -583,7 +584,7 @@ int bridge_ping(conn *c, int64_t last)
 	return 0;
 }
 
-/* ---- encoding what only a client sends --------------------------------------------------------- */
+/* ---- encoding what only a client sends ------------------------------------------------------ */
 
 typedef struct wbuf {
 	uint8_t *p;
@@ -709,7 +710,7 @@ size_t bridge_goodbye(conn *c, uint8_t *out, size_t cap)
 	return n;
 }
 
-/* ---- the bridge's task --------------------------------------------------------------------------- */
+/* ---- the bridge's task ---------------------------------------------------------------------- */
 
 static void notify_local(bridge *b, char state)
 {
@@ -794,7 +795,14 @@ static uint16_t free_pid(session *s, uint16_t from)
  * was inflight, notifications; then run the connection until it ends. */
 static void run(bridge *b, int fd, tls_conn *t, const mq_packet *ack)
 {
-	conn *c = conn_open_bridge(fd, t, b, b->version, (uint16_t)b->keepalive);
+	/* what a 5.0 remote says of itself: its keep-alive wins, its QoS and retain limits hold */
+	const mq_props *pr = &ack->props;
+	bool v5 = b->version == 5;
+	int ka = v5 && MQ_HAS(pr, MQ_P_SERVER_KEEP_ALIVE) ? pr->server_keep_alive : b->keepalive;
+	int max_qos = v5 && MQ_HAS(pr, MQ_P_MAX_QOS) ? pr->max_qos : 2;
+	bool no_retain = v5 && MQ_HAS(pr, MQ_P_RETAIN_AVAILABLE) && !pr->retain_available;
+	atomic_store(&b->retain_ok, !no_retain);
+	conn *c = conn_open_bridge(fd, t, b, b->version, (uint16_t)ka);
 	if (!c) {
 		tls_free(t);
 		weft_close(fd);
@@ -845,9 +853,10 @@ static void run(bridge *b, int fd, tls_conn *t, const mq_packet *ack)
 		if (!(tp->dir & DIR_OUT))
 			continue;
 		uint16_t n = (uint16_t)strlen(tp->local);
-		topic_subscribe(s, tp->local, n, (uint8_t)(tp->qos | SUB_NL | SUB_RAP), 0);
+		uint8_t opts = (uint8_t)((tp->qos < max_qos ? tp->qos : max_qos) | SUB_NL | SUB_RAP);
+		topic_subscribe(s, tp->local, n, opts, 0);
 		subrec_add(s, (const uint8_t *)tp->local, n);
-		persist_sub(s, tp->local, n, (uint8_t)(tp->qos | SUB_NL | SUB_RAP), 0, c);
+		persist_sub(s, tp->local, n, opts, 0, c);
 	}
 	if (persist_on && c->ticket)
 		persist_wait(c);
@@ -855,8 +864,9 @@ static void run(bridge *b, int fd, tls_conn *t, const mq_packet *ack)
 	for (int i = 0; i < b->ntopics; i++) /* retained messages go out, as mosquitto's do */
 		if (b->topics[i].dir & DIR_OUT)
 			topic_send_retained(s, b->topics[i].local,
-					    (uint16_t)strlen(b->topics[i].local), b->topics[i].qos,
-					    0, NULL);
+					    (uint16_t)strlen(b->topics[i].local),
+					    b->topics[i].qos < max_qos ? b->topics[i].qos : max_qos, 0,
+					    NULL);
 	if (b->notifications && !b->notif_local_only) {
 		size_t cap = strlen(b->notif_topic) + 32;
 		uint8_t *p = malloc(cap);
@@ -891,9 +901,9 @@ static int attempt(bridge *b)
 		return 0;
 	}
 	tls_conn *t = NULL;
-	if (b->tls) {
+	if (b->tls[b->cur]) {
 		int h = -ENOMEM;
-		if (!(t = tls_conn_new(b->tls, fd)) || (h = tls_handshake(t, dl)) < 0) {
+		if (!(t = tls_conn_new(b->tls[b->cur], fd)) || (h = tls_handshake(t, dl)) < 0) {
 			fprintf(stderr, "weft-mqtt: bridge %s: %s:%d: TLS: %s\n", b->name, host, port,
 				h == -EPROTO ? tls_error(t) : strerror(-h));
 			tls_free(t);
@@ -938,7 +948,9 @@ static int backoff(bridge *b, bool was_up)
 		return b->wait_s = b->restart_base;
 	b->seed = b->seed * 1103515245u + 12345u;
 	int hi = b->wait_s * 3;
-	int w = b->restart_base + (hi > b->restart_base ? (int)((b->seed >> 8) % (uint32_t)(hi - b->restart_base)) : 0);
+	int w = b->restart_base;
+	if (hi > b->restart_base)
+		w += (int)((b->seed >> 8) % (uint32_t)(hi - b->restart_base));
 	return b->wait_s = w < b->restart_cap ? w : b->restart_cap;
 }
 
@@ -965,14 +977,14 @@ int bridges_start(void)
 {
 	for (int i = 0; i < nbridges; i++) {
 		bridge *b = bridges[i];
-		if (b->cafile || b->capath) {
+		for (int k = 0; (b->cafile || b->capath) && k < b->naddr; k++) {
 			tls_opts o = {
 				.certfile = b->certfile, .keyfile = b->keyfile, .cafile = b->cafile,
 				.capath = b->capath, .tls_version = b->tls_version,
-				.servername = b->insecure ? NULL : b->host[0],
+				.servername = b->insecure ? NULL : b->host[k],
 			};
 			char e[512];
-			if (!(b->tls = tls_ctx_client(&o, e, sizeof e))) {
+			if (!(b->tls[k] = tls_ctx_client(&o, e, sizeof e))) {
 				fprintf(stderr, "weft-mqtt: bridge %s: %s\n", b->name, e);
 				return -1;
 			}
@@ -995,7 +1007,8 @@ void bridges_stop(void)
 			weft_cancel(b->task);
 			weft_join(b->task);
 		}
-		tls_ctx_free(b->tls);
+		for (int k = 0; k < b->naddr; k++)
+			tls_ctx_free(b->tls[k]);
 		for (int k = 0; k < b->ntopics; k++) {
 			btopic *t = &b->topics[k];
 			free(t->lprefix), free(t->rprefix), free(t->local), free(t->remote);
@@ -1011,7 +1024,7 @@ void bridges_stop(void)
 	nbridges = 0;
 }
 
-/* ---- metrics ----------------------------------------------------------------------------------- */
+/* ---- metrics -------------------------------------------------------------------------------- */
 
 char *bridge_metrics_text(void)
 {

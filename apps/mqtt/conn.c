@@ -968,7 +968,7 @@ conn *conn_open_bridge(int fd, tls_conn *t, struct bridge *b, int version, uint1
 	c->keep_alive = keep_alive;
 	if (conf.message_size_limit)
 		c->max_in_packet = (uint32_t)conf.message_size_limit + 65536 + 1024;
-	c->in_alias_max = version == 5 ? IN_ALIAS_MAX : 0;
+	c->in_alias_max = 0; /* the CONNECT offered the remote no topic aliases */
 	return c;
 }
 

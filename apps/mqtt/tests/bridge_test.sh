@@ -22,7 +22,7 @@ bindir=$(cd "$(dirname "$0")/../bin" 2>/dev/null && pwd)
 WEFT="$bindir/weft-mqtt"
 PATH=$PATH:/usr/sbin
 TESTS="directions_v311 directions_v5 qos prefixes no_loop credentials tls reconnect
-addresses retain max_packet notifications keepalive config_errors config_every_option"
+persistence addresses retain max_packet notifications keepalive config_errors config_every_option"
 
 why=
 if [ -n "$RUNNER" ]; then
@@ -481,6 +481,39 @@ t_reconnect() {
 	expect L "rc/down 1 while-down" "rc/up 1 again" "rc/up2 1 again2"
 	expect R "rc/down 1 while-down" "rc/up 1 again" "rc/up2 1 again2"
 	[ "$(grep -c 'bridge r1: connected' "$dir/weft.log")" -ge 2 ] || fail "no reconnection logged"
+	stop_weft
+}
+
+# persistence true: a QoS 1 message queued for an absent remote survives a restart of
+# weft-mqtt, in the bridge's stored session, and goes out when the remote is back
+t_persistence() {
+	remote_conf
+	{
+		echo "persistence true"
+		echo "persistence_location $dir/"
+	} >> "$dir/remote.conf"
+	start_remote
+	mkdir "$dir/store"
+	weft_conf "topic ps/# out 1" "persistence true" "persistence_location $dir/store"
+	"$WEFT" -c "$dir/weft.conf" >> "$dir/weft.log" 2>&1 &
+	WPID=$!
+	pids+=($WPID)
+	if ! wait_port $LPORT $WPID; then
+		grep -q "persistence" "$dir/weft.log" &&
+			{ echo "skipped: $(cat "$dir/weft.log")"; return 0; }
+		fail "weft-mqtt did not start"
+	fi
+	mosquitto_sub -p $RPORT -c -i rsub -q 1 -t ps/# -E || fail "mosquitto_sub -E"
+	state $LPORT '$SYS/broker/connection/br1/state' 1
+	stop_remote
+	state $LPORT '$SYS/broker/connection/br1/state' 0
+	pub -p $LPORT -t ps/kept -q 1 -m across-restarts
+	stop_weft
+	start_weft
+	grep -q "persistence: 1 sessions" "$dir/weft.log" || fail "the bridge's session was not stored"
+	start_remote
+	collect R $RPORT -c -i rsub ps/#
+	expect R "ps/kept 1 across-restarts"
 	stop_weft
 }
 
