@@ -209,7 +209,14 @@ state() {
 	done
 	fail "$2 on port $1 is '$v', not '$3'"
 }
-metrics() { curl -s "http://127.0.0.1:$MPORT/metrics"; }
+# GET /metrics, without curl (not among CI's packages)
+metrics() {
+	(
+		exec 3<>"/dev/tcp/127.0.0.1/$MPORT" || exit 1
+		printf 'GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n' >&3
+		timeout 5 cat <&3
+	)
+}
 
 # ---- the tests ----------------------------------------------------------------------------------
 
