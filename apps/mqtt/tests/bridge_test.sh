@@ -22,7 +22,7 @@ bindir=$(cd "$(dirname "$0")/../bin" 2>/dev/null && pwd)
 WEFT="$bindir/weft-mqtt"
 PATH=$PATH:/usr/sbin
 TESTS="directions_v311 directions_v5 qos prefixes no_loop credentials tls reconnect
-persistence addresses retain max_packet notifications keepalive config_errors config_every_option"
+persistence addresses retain max_packet notifications weft_to_weft keepalive config_errors config_every_option"
 
 why=
 if [ -n "$RUNNER" ]; then
@@ -621,6 +621,30 @@ t_notifications() {
 	wait $WPID 2>/dev/null
 	state $RPORT bridges/r2/state 0 # the will
 	state $RPORT '$SYS/broker/connection/br1/state' 0
+}
+
+# A second weft-mqtt as the remote, through a 5.0 bridge (weft-mqtt does not take the 3.1.1
+# bridge bit): both ways, each message once
+t_weft_to_weft() {
+	printf 'listener %s 127.0.0.1\n' $RPORT > "$dir/remote.conf"
+	"$WEFT" -c "$dir/remote.conf" >> "$dir/remote.log" 2>&1 &
+	RPID=$!
+	pids+=($RPID)
+	wait_port $RPORT $RPID || fail "the remote weft-mqtt did not start"
+	weft_conf "bridge_protocol_version mqttv50" "topic ww/# both 1"
+	start_weft
+	collect R $RPORT ww/#
+	collect L $LPORT ww/#
+	ready R $LPORT ww/probe
+	ready L $RPORT ww/probe
+	pub -p $LPORT -t ww/l -q 1 -m l
+	pub -p $RPORT -t ww/r -q 1 -m r
+	expect R "ww/l 1 l" "ww/r 1 r"
+	expect L "ww/l 1 l" "ww/r 1 r"
+	stop_weft
+	kill -TERM $RPID
+	wait $RPID || fail "the remote weft-mqtt did not exit cleanly"
+	! grep -qE "Sanitizer|runtime error" "$dir/remote.log" || fail "a sanitizer's report in remote.log"
 }
 
 # keepalive_interval: with nothing to carry, the bridge pings (mosquitto logs the PINGREQ)
