@@ -19,7 +19,8 @@
  * Loops. A message that came in is published locally with the bridge's session as its
  * publisher, so the bridge's own no-local subscriptions never send it back out (a "both"
  * pattern is safe locally). At the remote, a 5.0 bridge subscribes with no-local; a 3.1.1 one
- * relies on try_private, which tells mosquitto not to echo our messages back.
+ * relies on try_private, which tells mosquitto (and weft-mqtt, conn.c's peer_bridge) not to
+ * echo our messages back.
  *
  * Reconnecting. When the connection ends (the remote went away, refused, stopped answering
  * pings) the task publishes the "0" notification locally, waits restart_timeout and tries the

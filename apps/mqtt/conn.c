@@ -290,6 +290,7 @@ static int on_connect(conn *c, mq_packet *pk)
 {
 	int v = pk->connect.version;
 	c->version = (uint8_t)v;
+	c->peer_bridge = pk->connect.bridge;
 	if (authenticate(c, pk) < 0)
 		return -1;
 	if (v == 5 && MQ_HAS(&pk->props, MQ_P_AUTH_METHOD)) {
@@ -511,6 +512,8 @@ static int on_subscribe(conn *c, mq_packet *pk)
 			codes[i] = c->version == 5 ? MQ_RC_NOT_AUTHORIZED : 0x80;
 			continue;
 		}
+		if (c->peer_bridge && !shared) /* as mosquitto: its own messages never go back */
+			o |= SUB_NL | SUB_RAP;
 		int existed = topic_subscribe(s, (const char *)f.p, (uint16_t)f.len,
 					      (uint8_t)(o & 0x3F), subid);
 		subrec_add(s, f.p, (uint16_t)f.len);

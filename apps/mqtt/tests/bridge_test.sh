@@ -22,7 +22,7 @@ bindir=$(cd "$(dirname "$0")/../bin" 2>/dev/null && pwd)
 WEFT="$bindir/weft-mqtt"
 PATH=$PATH:/usr/sbin
 TESTS="directions_v311 directions_v5 qos prefixes no_loop credentials tls reconnect
-persistence addresses retain max_packet notifications weft_to_weft keepalive config_errors config_every_option"
+persistence addresses retain max_packet notifications weft_to_weft mosquitto_to_weft keepalive config_errors config_every_option"
 
 why=
 if [ -n "$RUNNER" ]; then
@@ -623,28 +623,61 @@ t_notifications() {
 	state $RPORT '$SYS/broker/connection/br1/state' 0
 }
 
-# A second weft-mqtt as the remote, through a 5.0 bridge (weft-mqtt does not take the 3.1.1
-# bridge bit): both ways, each message once
+# A second weft-mqtt as the remote, through a 3.1.1 bridge (try_private: weft-mqtt as a server
+# takes the bridge bit, as mosquitto does) and a 5.0 one: both ways, each message once
 t_weft_to_weft() {
 	printf 'listener %s 127.0.0.1\n' $RPORT > "$dir/remote.conf"
 	"$WEFT" -c "$dir/remote.conf" >> "$dir/remote.log" 2>&1 &
 	RPID=$!
 	pids+=($RPID)
 	wait_port $RPORT $RPID || fail "the remote weft-mqtt did not start"
-	weft_conf "bridge_protocol_version mqttv50" "topic ww/# both 1"
+	weft_conf "topic w3/# both 1" "connection r5" "address 127.0.0.1:$RPORT" \
+		"remote_clientid br5" "bridge_protocol_version mqttv50" "topic w5/# both 1"
 	start_weft
-	collect R $RPORT ww/#
-	collect L $LPORT ww/#
-	ready R $LPORT ww/probe
-	ready L $RPORT ww/probe
-	pub -p $LPORT -t ww/l -q 1 -m l
-	pub -p $RPORT -t ww/r -q 1 -m r
-	expect R "ww/l 1 l" "ww/r 1 r"
-	expect L "ww/l 1 l" "ww/r 1 r"
+	collect R $RPORT w3/# w5/#
+	collect L $LPORT w3/# w5/#
+	for t in w3 w5; do
+		ready R $LPORT $t/probe
+		ready L $RPORT $t/probe
+		pub -p $LPORT -t $t/l -q 1 -m l
+		pub -p $RPORT -t $t/r -q 1 -m r
+	done
+	expect R "w3/l 1 l" "w3/r 1 r" "w5/l 1 l" "w5/r 1 r"
+	expect L "w3/l 1 l" "w3/r 1 r" "w5/l 1 l" "w5/r 1 r"
 	stop_weft
 	kill -TERM $RPID
 	wait $RPID || fail "the remote weft-mqtt did not exit cleanly"
 	! grep -qE "Sanitizer|runtime error" "$dir/remote.log" || fail "a sanitizer's report in remote.log"
+}
+
+# The other way round: mosquitto's own bridge (3.1.1, try_private, its defaults) to weft-mqtt
+# as the remote, "both": each message once on each side
+t_mosquitto_to_weft() {
+	weft_conf_plain() { printf 'listener %s 127.0.0.1\n' $LPORT > "$dir/weft.conf"; }
+	weft_conf_plain
+	start_weft
+	{
+		echo "user root"
+		echo "listener $RPORT 127.0.0.1"
+		echo "allow_anonymous true"
+		echo "connection toweft"
+		echo "address 127.0.0.1:$LPORT"
+		echo "remote_clientid mosq"
+		echo "topic mw/# both 2"
+	} > "$dir/remote.conf"
+	start_remote
+	collect R $RPORT mw/#
+	collect L $LPORT mw/#
+	ready R $LPORT mw/probe
+	ready L $RPORT mw/probe
+	for q in 0 1 2; do
+		pub -p $LPORT -t mw/w -q $q -m $q
+		pub -p $RPORT -t mw/m -q $q -m $q
+	done
+	local all=("mw/w 0 0" "mw/w 1 1" "mw/w 2 2" "mw/m 0 0" "mw/m 1 1" "mw/m 2 2")
+	expect R "${all[@]}"
+	expect L "${all[@]}"
+	stop_weft
 }
 
 # keepalive_interval: with nothing to carry, the bridge pings (mosquitto logs the PINGREQ)
