@@ -14,6 +14,12 @@
  * or a kick from another task (session take-over, shutdown) end the connection; a 5.0 client
  * gets a DISCONNECT with the reason first. The task then detaches from its session (which
  * publishes or schedules the will unless the client said goodbye properly) and closes.
+ *
+ * Bridges. A bridge to another broker (bridge.c) is a conn too, with c->bridge set and the
+ * roles reversed: bridge.c connects and reads the CONNACK, then runs this loop in its own task
+ * (conn_run). The packets are the same both ways; the hooks are the topic mapping of incoming
+ * PUBLISHes (no ACL), the acknowledgements a server sends, pinging as a client, and the
+ * goodbye when the broker stops.
  */
 #include <arpa/inet.h>
 #include <errno.h>
