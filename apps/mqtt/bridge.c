@@ -70,7 +70,7 @@ typedef struct bridge {
 	int keepalive, version, try_private, notifications, notif_local_only;
 	int restart_base, restart_cap; /* seconds; cap 0: constant */
 	char *cafile, *capath, *certfile, *keyfile;
-	int insecure, tls_version, outgoing_retain;
+	int insecure, tls_version, outgoing_retain, attempt_unsubscribe;
 	long max_packet;
 	/* running */
 	tls_ctx *tls[MAX_ADDRS]; /* per address: each checks its own host name */
@@ -101,7 +101,7 @@ static char *dup_or_die(const char *s)
 static const char *const unsupported[] = {
 	"round_robin", "idle_timeout", "threshold", "bridge_bind_address", "bridge_alpn",
 	"bridge_identity", "bridge_psk", "local_username", "local_password",
-	"bridge_require_ocsp", "bridge_attempt_unsubscribe", "bridge_reload_type",
+	"bridge_require_ocsp", "bridge_reload_type",
 	"bridge_receive_maximum", "bridge_session_expiry_interval", NULL,
 };
 
@@ -277,6 +277,7 @@ static int bridge_new(const char *file, int line, char **w, int nw)
 	b->restart_base = 5;
 	b->restart_cap = 30;
 	b->outgoing_retain = 1;
+	b->attempt_unsubscribe = 1;
 	bridges[nbridges++] = b;
 	return 0;
 }
@@ -296,7 +297,7 @@ int bridge_option(const char *file, int line, char **w, int nw)
 		"notifications_local_only", "notification_topic", "restart_timeout", "start_type",
 		"bridge_cafile", "bridge_capath", "bridge_certfile", "bridge_keyfile",
 		"bridge_insecure", "bridge_tls_version", "bridge_max_packet_size",
-		"bridge_outgoing_retain", NULL,
+		"bridge_outgoing_retain", "bridge_attempt_unsubscribe", NULL,
 	};
 	int k = 0;
 	while (known[k] && strcmp(o, known[k]))
@@ -348,6 +349,8 @@ int bridge_option(const char *file, int line, char **w, int nw)
 		return parse_bool(file, line, o, v, &b->insecure);
 	if (!strcmp(o, "bridge_outgoing_retain"))
 		return parse_bool(file, line, o, v, &b->outgoing_retain);
+	if (!strcmp(o, "bridge_attempt_unsubscribe"))
+		return parse_bool(file, line, o, v, &b->attempt_unsubscribe);
 	if (!strcmp(o, "keepalive_interval")) {
 		/* 0 would mean "no keep-alive"; mosquitto wants at least 5 s */
 		if ((r = parse_num(file, line, o, v, 5, 65535, &n)) == 0)
@@ -676,6 +679,7 @@ static uint8_t *enc_connect(bridge *b, size_t *len)
 	return p;
 }
 
+/* A SUBSCRIBE of one filter, or with opts -1 an UNSUBSCRIBE. */
 static uint8_t *enc_subscribe(bridge *b, uint16_t pid, const char *filter, int opts, size_t *len)
 {
 	wbuf w = { 0 };
@@ -683,8 +687,9 @@ static uint8_t *enc_subscribe(bridge *b, uint16_t pid, const char *filter, int o
 	if (b->version == 5)
 		put8(&w, 0);
 	putstr(&w, filter, strlen(filter));
-	put8(&w, (uint8_t)opts);
-	uint8_t *p = packet(MQ_SUBSCRIBE << 4 | 2, &w, len);
+	if (opts >= 0)
+		put8(&w, (uint8_t)opts);
+	uint8_t *p = packet((opts >= 0 ? MQ_SUBSCRIBE : MQ_UNSUBSCRIBE) << 4 | 2, &w, len);
 	free(w.p);
 	return p;
 }
@@ -792,6 +797,15 @@ static uint16_t free_pid(session *s, uint16_t from)
 	}
 }
 
+/* Does an in/both topic subscribe filter f at the remote? (Then it is not unsubscribed.) */
+static bool comes_in(const bridge *b, const char *f)
+{
+	for (int i = 0; i < b->ntopics; i++)
+		if ((b->topics[i].dir & DIR_IN) && !strcmp(b->topics[i].remote, f))
+			return true;
+	return false;
+}
+
 /* Everything after the CONNACK: the local session, subscriptions both sides, resending what
  * was inflight, notifications; then run the connection until it ends. */
 static void run(bridge *b, int fd, tls_conn *t, const mq_packet *ack)
@@ -835,16 +849,18 @@ static void run(bridge *b, int fd, tls_conn *t, const mq_packet *ack)
 		persist_session(s, true, c);
 	}
 	b->ping_at = 0;
-	/* in: subscribe at the remote (no-local and retain-as-published for 5.0) */
+	/* in: subscribe at the remote (no-local and retain-as-published for 5.0); out only:
+	 * unsubscribe there, as mosquitto, so that a session the remote kept from a configuration
+	 * where the topic came in does not go on sending it */
 	uint16_t pid = 65535;
 	for (int i = 0; i < b->ntopics; i++) {
 		btopic *tp = &b->topics[i];
-		if (!(tp->dir & DIR_IN))
+		int opts = tp->qos | (b->version == 5 ? SUB_NL | SUB_RAP : 0);
+		if (!(tp->dir & DIR_IN) && (!b->attempt_unsubscribe || comes_in(b, tp->remote)))
 			continue;
 		pid = free_pid(s, pid);
 		size_t n;
-		uint8_t *p = enc_subscribe(b, pid--, tp->remote,
-					   tp->qos | (b->version == 5 ? SUB_NL | SUB_RAP : 0), &n);
+		uint8_t *p = enc_subscribe(b, pid--, tp->remote, tp->dir & DIR_IN ? opts : -1, &n);
 		session_send(s, p, n, NULL);
 		free(p);
 	}

@@ -22,7 +22,7 @@ bindir=$(cd "$(dirname "$0")/../bin" 2>/dev/null && pwd)
 WEFT="$bindir/weft-mqtt"
 PATH=$PATH:/usr/sbin
 TESTS="directions_v311 directions_v5 qos prefixes no_loop credentials tls reconnect
-persistence addresses retain max_packet notifications weft_to_weft mosquitto_to_weft keepalive config_errors config_every_option"
+persistence addresses retain max_packet unsubscribe notifications weft_to_weft mosquitto_to_weft keepalive config_errors config_every_option"
 
 why=
 if [ -n "$RUNNER" ]; then
@@ -590,6 +590,28 @@ t_max_packet() {
 	pub -p $LPORT -t mp/big -q 1 -m "$big"
 	pub -p $LPORT -t mp/small -q 1 -m small
 	expect R "mp/small 1 small"
+	stop_weft
+}
+
+# bridge_attempt_unsubscribe (on by default): a topic that came in and is now only out is
+# unsubscribed from the remote session kept since (cleansession false)
+t_unsubscribe() {
+	remote_conf
+	start_remote
+	weft_conf "topic au/# in 1" "cleansession false"
+	start_weft
+	collect L $LPORT au/#
+	ready L $RPORT au/probe
+	stop_weft
+	weft_conf "topic au/# out 1" "cleansession false" "$@"
+	start_weft
+	collect L2 $LPORT au/#
+	collect R $RPORT au/#
+	ready L2 $LPORT au/probe
+	ready R $LPORT au/probe
+	pub -p $RPORT -t au/x -q 1 -m came-in
+	expect R "au/x 1 came-in"
+	expect L2 # nothing: the remote no longer sends au/# to the bridge
 	stop_weft
 }
 
