@@ -774,7 +774,8 @@ t_config_every_option() {
 		"cleansession true" "local_cleansession false" "keepalive_interval 30" \
 		"bridge_protocol_version mqttv50" "try_private false" "notifications true" \
 		"notifications_local_only true" "notification_topic n/state" "restart_timeout 2 10" \
-		"start_type automatic" "bridge_max_packet_size 10000" "bridge_outgoing_retain false"
+		"start_type automatic" "bridge_max_packet_size 10000" "bridge_outgoing_retain false" \
+		"bridge_attempt_unsubscribe false"
 	start_weft
 	for i in $(seq 100); do
 		grep -q "bridge r1: 127.0.0.1:$RPORT: Connection refused" "$dir/weft.log" && break
