@@ -826,9 +826,10 @@ static void run(bridge *b, int fd, tls_conn *t, const mq_packet *ack)
 	bool present;
 	session *s = session_attach(c, b->local_id, (uint16_t)strlen(b->local_id), b->local_clean,
 				    &present);
-	if (!s) {
-		conn_kick(c, MQ_RC_SERVER_UNAVAILABLE);
-		conn_run(c);
+	if (!s) { /* a local client holds local_clientid and would not let go */
+		fprintf(stderr, "weft-mqtt: bridge %s: the local session %s is busy\n", b->name,
+			b->local_id);
+		conn_run(c); /* ends it */
 		return;
 	}
 	c->s = s;

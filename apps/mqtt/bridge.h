@@ -36,7 +36,8 @@ void bridges_stop(void);
  * accepted one and not yet running. NULL when out of memory. */
 conn *conn_open_bridge(int fd, struct tls_conn *t, struct bridge *b, int version,
 		       uint16_t keep_alive);
-/* Run c's read loop in the calling task until the connection ends (c is freed then). */
+/* Run c's read loop in the calling task until the connection ends (c is freed then); with no
+ * session attached (c->s NULL), only end it. */
 void conn_run(conn *c);
 
 #define BRIDGE_PASS 2

@@ -983,6 +983,10 @@ conn *conn_open_bridge(int fd, tls_conn *t, struct bridge *b, int version, uint1
 
 void conn_run(conn *c)
 {
+	if (!c->s) { /* no local session: end before reading what the remote sent */
+		conn_end(c, 0, false);
+		return;
+	}
 	serve(c);
 }
 
