@@ -933,7 +933,7 @@ static int attempt(bridge *b)
 	uint8_t *p = enc_connect(b, &n);
 	ssize_t w = sock_write(fd, t, p, n, dl);
 	free(p);
-	uint8_t buf[1024];
+	uint8_t buf[4096]; /* a CONNACK: a few bytes, or a 5.0 one's properties */
 	long len = w == (ssize_t)n ? read_packet(fd, t, buf, sizeof buf, dl) : -ECONNRESET;
 	mq_packet ack;
 	int r = len > 0 ? mq_decode(buf, (size_t)len, b->version, &ack) : (int)len;
