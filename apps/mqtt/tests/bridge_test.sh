@@ -22,7 +22,7 @@ bindir=$(cd "$(dirname "$0")/../bin" 2>/dev/null && pwd)
 WEFT="$bindir/weft-mqtt"
 PATH=$PATH:/usr/sbin
 TESTS="directions_v311 directions_v5 qos prefixes no_loop credentials tls reconnect
-persistence addresses retain max_packet unsubscribe notifications weft_to_weft mosquitto_to_weft keepalive config_errors config_every_option"
+local_clean persistence addresses retain max_packet unsubscribe notifications weft_to_weft mosquitto_to_weft keepalive config_errors config_every_option"
 
 why=
 if [ -n "$RUNNER" ]; then
@@ -491,6 +491,31 @@ t_reconnect() {
 	stop_weft
 }
 
+# cleansession true (and so local_cleansession): what is published while the remote is away is
+# not kept for it; what is published after the reconnection goes
+t_local_clean() {
+	remote_conf
+	{
+		echo "persistence true"
+		echo "persistence_location $dir/"
+	} >> "$dir/remote.conf"
+	start_remote
+	weft_conf "topic lc/# out 1" "cleansession true"
+	start_weft
+	# a remote subscriber with a session of its own: it would get lc/down whenever it came
+	mosquitto_sub -p $RPORT -c -i rsub -q 1 -t lc/# -E || fail "mosquitto_sub -E"
+	state $LPORT '$SYS/broker/connection/br1/state' 1
+	stop_remote
+	state $LPORT '$SYS/broker/connection/br1/state' 0
+	pub -p $LPORT -t lc/down -q 1 -m dropped
+	start_remote
+	collect R $RPORT -c -i rsub lc/#
+	ready R $LPORT lc/probe
+	pub -p $LPORT -t lc/up -q 1 -m sent
+	expect R "lc/up 1 sent"
+	stop_weft
+}
+
 # persistence true: a QoS 1 message queued for an absent remote survives a restart of
 # weft-mqtt, in the bridge's stored session, and goes out when the remote is back
 t_persistence() {
@@ -622,12 +647,17 @@ t_notifications() {
 	remote_conf
 	start_remote
 	weft_conf "topic n/# out 0" "connection r2" "address 127.0.0.1:$RPORT" "remote_clientid br2" \
-		"notification_topic bridges/r2/state" "topic m/# out 0" "restart_timeout 1"
+		"notification_topic bridges/r2/state" "topic m/# out 0" "restart_timeout 1" \
+		"connection r3" "address 127.0.0.1:$RPORT" "remote_clientid br3" \
+		"notifications_local_only true" "topic o/# out 0"
 	start_weft
 	state $RPORT '$SYS/broker/connection/br1/state' 1
 	state $LPORT '$SYS/broker/connection/br1/state' 1
 	state $RPORT bridges/r2/state 1
 	state $LPORT bridges/r2/state 1
+	state $LPORT '$SYS/broker/connection/br3/state' 1
+	[ -z "$(mosquitto_sub -p $RPORT -t '$SYS/broker/connection/br3/state' -C 1 -W 1 2>/dev/null)" ] ||
+		fail "notifications_local_only: the remote has a state for br3"
 	stop_remote
 	state $LPORT '$SYS/broker/connection/br1/state' 0
 	state $LPORT bridges/r2/state 0
