@@ -12,6 +12,7 @@
  *   config.c   options and mosquitto-syntax configuration files
  *   access.c   password_file and acl_file as the broker uses them (auth.c, acl.c do the work)
  *   persist.c  persistence: what goes to the store (store.c) and when acknowledgements wait
+ *   bridge.c   bridges to other brokers: a conn whose peer is a server (bridge.h)
  */
 #ifndef WEFT_MQTT_BROKER_H
 #define WEFT_MQTT_BROKER_H
@@ -356,6 +357,8 @@ typedef struct conn {
 	int64_t ticket;           /* the store's ticket this batch waits for (-1: store failed) */
 	route_buf acks;           /* PUBACK/PUBRECs held until the batch is durable */
 	const char *tls_user;     /* the certificate's CN under use_identity_as_username */
+	struct bridge *bridge;    /* a bridge's connection to its remote broker (bridge.c), or NULL */
+	bool peer_bridge;         /* the client is another broker's 3.1.1 bridge (level 0x84) */
 } conn;
 
 /* Serve a client on fd (accepted from a listener speaking `protocol`, over TLS when tls is

@@ -400,8 +400,11 @@ static void dec_connect(cur *c, mq_packet *pk)
 	uint8_t level = get8(c);
 	if (c->err)
 		return;
-	pk->connect.version = level;
 	int mqtt = name.len == 4 && !memcmp(name.p, "MQTT", 4);
+	pk->connect.bridge = mqtt && level == 0x84;
+	if (pk->connect.bridge)
+		level = 4;
+	pk->connect.version = level;
 	int mqisdp = name.len == 6 && !memcmp(name.p, "MQIsdp", 6);
 	if (!mqtt && !mqisdp) {
 		fail(c, -MQ_RC_UNSUPPORTED_VERSION);

@@ -96,6 +96,7 @@ typedef struct mq_packet {
 		struct {
 			uint8_t version; /* 3 (3.1), 4 (3.1.1) or 5 */
 			uint8_t clean, will, will_qos, will_retain, has_username, has_password;
+			uint8_t bridge; /* level 0x84: a 3.1.1 bridge (mosquitto's try_private) */
 			uint16_t keep_alive;
 			mq_bytes client_id, will_topic, will_payload, username, password;
 			mq_props will_props;

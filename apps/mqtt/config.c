@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bridge.h"
 #include "broker.h"
 
 broker_conf conf;
@@ -98,6 +99,9 @@ static int option(broker_conf *c, const char *file, int line, char **w, int nw)
 {
 	const char *o = w[0], *v = nw > 1 ? w[1] : NULL;
 	long n;
+	int br = bridge_option(file, line, w, nw); /* connection blocks: bridge.c */
+	if (br <= 0)
+		return br;
 	if (!strcmp(o, "listener")) {
 		if (c->nlisteners == MAX_LISTENERS) {
 			fprintf(stderr, "%s:%d: at most %d listeners\n", file, line, MAX_LISTENERS);
@@ -237,7 +241,7 @@ int conf_load(broker_conf *c, const char *file)
 			err = option(c, file, line, w, nw);
 	}
 	fclose(f);
-	if (err)
+	if (err || bridge_conf_end(file) < 0)
 		return -1;
 	for (int i = 0; i < c->nlisteners; i++) {
 		listener_conf *l = &c->listeners[i];
@@ -269,7 +273,9 @@ static void usage(FILE *o)
 		"                          allow_plain_passwords, acl_file, protocol websockets,\n"
 		"                          certfile, keyfile, cafile, ciphers, require_certificate,\n"
 		"                          use_identity_as_username, persistence,\n"
-		"                          persistence_location, metrics_listener\n"
+		"                          persistence_location, metrics_listener, and bridges:\n"
+		"                          connection NAME, address, topic, ... (see\n"
+		"                          docs/weft-mqtt-bridges.md)\n"
 		"  -p, --port PORT         listen on PORT (default 1883) on 127.0.0.1, unless the\n"
 		"                          configuration names listeners\n"
 		"  -v, --verbose           log connections on stderr\n"

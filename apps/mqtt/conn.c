@@ -14,6 +14,12 @@
  * or a kick from another task (session take-over, shutdown) end the connection; a 5.0 client
  * gets a DISCONNECT with the reason first. The task then detaches from its session (which
  * publishes or schedules the will unless the client said goodbye properly) and closes.
+ *
+ * Bridges. A bridge to another broker (bridge.c) is a conn too, with c->bridge set and the
+ * roles reversed: bridge.c connects and reads the CONNACK, then runs this loop in its own task
+ * (conn_run). The packets are the same both ways; the hooks are the topic mapping of incoming
+ * PUBLISHes (no ACL), the acknowledgements a server sends, pinging as a client, and the
+ * goodbye when the broker stops.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -26,6 +32,7 @@
 
 #include "acl.h"
 #include "auth.h"
+#include "bridge.h"
 #include "broker.h"
 #include "tls.h"
 #include "ws.h"
@@ -289,6 +296,7 @@ static int on_connect(conn *c, mq_packet *pk)
 {
 	int v = pk->connect.version;
 	c->version = (uint8_t)v;
+	c->peer_bridge = pk->connect.bridge;
 	if (authenticate(c, pk) < 0)
 		return -1;
 	if (v == 5 && MQ_HAS(&pk->props, MQ_P_AUTH_METHOD)) {
@@ -440,8 +448,11 @@ static int on_publish(conn *c, mq_packet *pk)
 			ack_pub(c, ack, pk->packet_id, MQ_RC_QUOTA_EXCEEDED);
 		return 0;
 	}
-	if ((tlen >= 4 && !memcmp(topic, "$SYS", 4)) || /* the broker's own */
-	    !may_write(s, topic, tlen)) {
+	char *mapped = NULL; /* a bridge's remote topic in local terms; no ACL for a bridge */
+	if (c->bridge)
+		bridge_in_topic(c, &topic, &tlen, &mapped);
+	else if ((tlen >= 4 && !memcmp(topic, "$SYS", 4)) || /* the broker's own */
+		 !may_write(s, topic, tlen)) {
 		stats_add(ST_PUB_DROPPED, 1);
 		if (qos)
 			ack_pub(c, ack, pk->packet_id, c->version == 5 ? MQ_RC_NOT_AUTHORIZED : 0);
@@ -450,10 +461,13 @@ static int on_publish(conn *c, mq_packet *pk)
 	if (qos == 2) {
 		int max = c->version == 5 ? conf.max_inflight_messages : 65535;
 		int r = session_rel_add(s, pk->packet_id, max);
-		if (r < 0)
+		if (r < 0) {
+			free(mapped);
 			return -MQ_RC_RECEIVE_MAX_EXCEEDED;
+		}
 		if (r == 1) { /* a resend of one we have: acknowledge, do not deliver again */
 			ack_pub(c, MQ_PUBREC, pk->packet_id, 0);
+			free(mapped);
 			return 0;
 		}
 		persist_rel(s, pk->packet_id, true, c);
@@ -461,6 +475,7 @@ static int on_publish(conn *c, mq_packet *pk)
 	stats_add(ST_PUB_RECV, 1);
 	msg *m = msg_new(topic, tlen, &pk->props.raw, pk->publish.payload.p, pk->publish.payload.len,
 			 qos, pk->publish.retain, pk->props.message_expiry);
+	free(mapped);
 	if (m->retain) {
 		topic_retain(m);
 		persist_retained(m, c);
@@ -504,6 +519,8 @@ static int on_subscribe(conn *c, mq_packet *pk)
 			codes[i] = c->version == 5 ? MQ_RC_NOT_AUTHORIZED : 0x80;
 			continue;
 		}
+		if (c->peer_bridge && !shared) /* as mosquitto: its own messages never go back */
+			o |= SUB_NL | SUB_RAP;
 		int existed = topic_subscribe(s, (const char *)f.p, (uint16_t)f.len,
 					      (uint8_t)(o & 0x3F), subid);
 		subrec_add(s, f.p, (uint16_t)f.len);
@@ -577,6 +594,8 @@ static int handle(conn *c, const uint8_t *p, size_t n, bool *will)
 		return on_connect(c, &pk) < 0 ? -1 : 0;
 	}
 	if (r < 0)
+		return r;
+	if (c->bridge && (r = bridge_packet(c, &pk)) != BRIDGE_PASS)
 		return r;
 	switch (pk.type) {
 	case MQ_CONNECT:
@@ -739,6 +758,8 @@ static void serve(void *arg)
 		int64_t dl = WEFT_FOREVER;
 		if (!c->connected)
 			dl = start + CONNECT_TIMEOUT_S * 1000000000LL;
+		else if (c->keep_alive && c->bridge) /* we are the client: we ping */
+			dl = bridge_ping_deadline(c, last);
 		else if (c->keep_alive)
 			dl = last + (int64_t)c->keep_alive * 1500000000LL;
 		else if (b.len)
@@ -749,6 +770,8 @@ static void serve(void *arg)
 				b.buf = NULL;
 			}
 			int w = c->tls ? tls_wait_readable(c->tls, dl) : weft_fd_wait(c->fd, EPOLLIN, dl);
+			if (w == -ETIMEDOUT && c->bridge && c->keep_alive && bridge_ping(c, last) == 0)
+				continue;
 			if (w == -ETIMEDOUT) {
 				rc = c->connected ? MQ_RC_KEEP_ALIVE_TIMEOUT : 0;
 				break;
@@ -832,9 +855,18 @@ static void conn_end(conn *c, int rc, bool will)
 					dl = WEFT_FOREVER;
 				}
 			c->closing = true;
-			if (c->version == 5 && rc && rc != 1) {
-				uint8_t d[8];
-				size_t n = mq_enc_disconnect(d, 5, rc, NULL);
+			/* a bridge stopped by the broker says goodbye to its remote as a client does */
+			uint8_t dd[8], *d = dd;
+			size_t n = 0;
+			if (c->bridge && kick == MQ_RC_SERVER_SHUTTING_DOWN) {
+				d = malloc(65536 + 64);
+				if (!d)
+					abort();
+				n = bridge_goodbye(c, d, 65536 + 64);
+			} else if (c->version == 5 && rc && rc != 1) {
+				n = mq_enc_disconnect(d, 5, rc, NULL);
+			}
+			if (n) {
 				if (s->out_len + n > s->out_cap) {
 					uint8_t *nb = pool_alloc(s->out_len + n);
 					if (s->out_len)
@@ -846,6 +878,8 @@ static void conn_end(conn *c, int rc, bool will)
 				memcpy(s->out + s->out_len, d, n);
 				s->out_len += (uint32_t)n;
 			}
+			if (d != dd)
+				free(d);
 			buf = s->out, len = s->out_len;
 			s->out = NULL;
 			s->out_len = s->out_cap = 0;
@@ -912,6 +946,54 @@ static bool is_loopback(int fd)
 	return ss.ss_family == AF_UNIX;
 }
 
+/* Set up c (fd and its TLS or WebSocket layer done) and add it to the list. */
+static void conn_register(conn *c, int fd)
+{
+	c->fd = fd;
+	c->loopback = is_loopback(fd);
+	c->version = 4;
+	c->max_in_packet = 268435460;
+	/* batch numbers unique across connections: a new conn at a freed one's address must not
+	 * match the dirty marks that one left in sessions */
+	static _Atomic uint64_t serial;
+	c->batch = (atomic_fetch_add(&serial, 1) + 1) << 32;
+	atomic_init(&c->kick_rc, 0);
+	ebr_register(&c->rd);
+	WEFT_WITH_LOCK(&list_lock) {
+		c->next = all;
+		if (all)
+			all->prev = c;
+		all = c;
+		nconns++;
+	}
+}
+
+conn *conn_open_bridge(int fd, tls_conn *t, struct bridge *b, int version, uint16_t keep_alive)
+{
+	conn *c = calloc(1, sizeof *c);
+	if (!c)
+		return NULL;
+	conn_register(c, fd);
+	c->tls = t;
+	c->bridge = b;
+	c->version = (uint8_t)version;
+	c->connected = true; /* the CONNACK was read by bridge.c */
+	c->keep_alive = keep_alive;
+	if (conf.message_size_limit)
+		c->max_in_packet = (uint32_t)conf.message_size_limit + 65536 + 1024;
+	c->in_alias_max = 0; /* the CONNECT offered the remote no topic aliases */
+	return c;
+}
+
+void conn_run(conn *c)
+{
+	if (!c->s) { /* no local session: end before reading what the remote sent */
+		conn_end(c, 0, false);
+		return;
+	}
+	serve(c);
+}
+
 void conn_serve(int fd, int protocol, tls_ctx *tls)
 {
 	conn *c = calloc(1, sizeof *c);
@@ -933,23 +1015,7 @@ void conn_serve(int fd, int protocol, tls_ctx *tls)
 			lim.max_frame = (uint64_t)conf.message_size_limit + 65536 + 1024;
 		ws_init(c->ws, conf.message_size_limit ? &lim : NULL);
 	}
-	c->fd = fd;
-	c->loopback = is_loopback(fd);
-	c->version = 4;
-	c->max_in_packet = 268435460;
-	/* batch numbers unique across connections: a new conn at a freed one's address must not
-	 * match the dirty marks that one left in sessions */
-	static _Atomic uint64_t serial;
-	c->batch = (atomic_fetch_add(&serial, 1) + 1) << 32;
-	atomic_init(&c->kick_rc, 0);
-	ebr_register(&c->rd);
-	WEFT_WITH_LOCK(&list_lock) {
-		c->next = all;
-		if (all)
-			all->prev = c;
-		all = c;
-		nconns++;
-	}
+	conn_register(c, fd);
 	weft_spawn_opts o = { .name = "mqtt-conn", .detached = 1 };
 	if (!weft_spawn_opt(serve, c, &o)) {
 		conn_end(c, 0, false);

@@ -18,6 +18,7 @@
 #include <netinet/tcp.h>
 #include <unistd.h>
 
+#include "bridge.h"
 #include "broker.h"
 #include "tls.h"
 
@@ -107,7 +108,7 @@ static int broker(void *arg)
 				l->protocol == PROTO_WEBSOCKETS ? " (websockets)" : "",
 				ltls[i] ? " (TLS)" : "");
 	}
-	if (metrics_start() < 0)
+	if (metrics_start() < 0 || bridges_start() < 0)
 		return 1;
 	weft_spawn_opts o = { .name = "mqtt-accept" };
 	weft_task *acc[MAX_LISTENERS];
@@ -138,6 +139,7 @@ static int broker(void *arg)
 	}
 	metrics_stop();
 	conns_shutdown();
+	bridges_stop();
 	weft_cancel(rp);
 	weft_join(rp);
 	if (st) {

@@ -28,6 +28,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "bridge.h"
 #include "broker.h"
 
 #define METRICS_CLIENTS 32
@@ -126,6 +127,10 @@ static void broker_metrics(tbuf *b)
 	    (uint64_t)topic_sub_count());
 	head(b, "weft_mqtt_uptime_seconds", "gauge", "Seconds since the broker started.");
 	tprintf(b, "weft_mqtt_uptime_seconds %.3f\n", (double)(weft_now() - broker_start) / 1e9);
+	char *br = bridge_metrics_text();
+	if (br)
+		tprintf(b, "%s", br);
+	free(br);
 }
 
 static void sched_metrics(tbuf *b)

@@ -76,6 +76,11 @@ tls_ctx *tls_ctx_server(const tls_opts *o, char *err, size_t cap)
 	return NULL;
 }
 
+tls_ctx *tls_ctx_client(const tls_opts *o, char *err, size_t cap)
+{
+	return tls_ctx_server(o, err, cap);
+}
+
 void tls_ctx_free(tls_ctx *ctx)
 {
 	(void)ctx;

@@ -30,6 +30,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "bridge.h"
 #include "broker.h"
 
 #define NBUCKETS 16384
@@ -488,7 +489,12 @@ static int encode_pub(session *s, msg *m, int qos, uint16_t pid, int dup, int re
 	conn *c = s->conn;
 	uint8_t pre[64];
 	mq_pb pb = { pre, 0, sizeof pre, 0 };
-	mq_pub_enc e = { s->version, qos, dup, retain, pid, m->topic, m->topic_len, NULL, 0,
+	const char *topic = m->topic;
+	uint16_t tlen = m->topic_len;
+	char *mapped = NULL; /* a bridge's: the topic in the remote's terms */
+	if (c->bridge && bridge_out_topic(c, m, &topic, &tlen, &mapped, &retain) < 0)
+		return -1;
+	mq_pub_enc e = { s->version, qos, dup, retain, pid, topic, tlen, NULL, 0,
 			 m->payload, m->payload_len, NULL, 0 };
 	if (s->version == 5) {
 		if (m->expiry) {
@@ -501,8 +507,10 @@ static int encode_pub(session *s, msg *m, int qos, uint16_t pid, int dup, int re
 		e.props_len = pb.len;
 		e.props2 = m->props;
 		e.props2_len = m->props_len;
-		if (s->max_packet && mq_enc_publish_len(&e) > s->max_packet)
+		if (s->max_packet && mq_enc_publish_len(&e) > s->max_packet) {
+			free(mapped);
 			return -1;
+		}
 		bool fresh;
 		uint16_t alias = c->out_alias_max ? alias_for(c, m, &fresh) : 0;
 		if (alias) {
@@ -513,7 +521,12 @@ static int encode_pub(session *s, msg *m, int qos, uint16_t pid, int dup, int re
 		}
 	}
 	size_t n = mq_enc_publish_len(&e);
+	if (c->bridge && s->max_packet && n > s->max_packet) { /* bridge_max_packet_size */
+		free(mapped);
+		return -1;
+	}
 	mq_enc_publish(out_room(s, n), &e);
+	free(mapped);
 	stats_add(ST_PUB_SENT, 1);
 	stats_add(ST_MSG_SENT, 1);
 	return 0;

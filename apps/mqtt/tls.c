@@ -181,8 +181,8 @@ static tls_ctx *ctx_new(const tls_opts *o, bool server, char *err, size_t cap)
 		ssl_err(err, cap, "SSL_CTX_new", NULL);
 		return NULL;
 	}
-	SSL_CTX_set_min_proto_version(c, TLS1_2_VERSION);
-	SSL_CTX_set_max_proto_version(c, TLS1_3_VERSION);
+	SSL_CTX_set_min_proto_version(c, o->tls_version == 13 ? TLS1_3_VERSION : TLS1_2_VERSION);
+	SSL_CTX_set_max_proto_version(c, o->tls_version == 12 ? TLS1_2_VERSION : TLS1_3_VERSION);
 	SSL_CTX_set_options(c, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION |
 				       SSL_OP_IGNORE_UNEXPECTED_EOF);
 	SSL_CTX_set_mode(c, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
@@ -205,9 +205,11 @@ static tls_ctx *ctx_new(const tls_opts *o, bool server, char *err, size_t cap)
 			goto fail;
 		}
 	}
-	if (set(o->cafile)) {
-		if (!SSL_CTX_load_verify_locations(c, o->cafile, NULL)) {
-			ssl_err(err, cap, "cafile", o->cafile);
+	if (set(o->cafile) || (!server && set(o->capath))) {
+		const char *dir = !server && set(o->capath) ? o->capath : NULL;
+		if (!SSL_CTX_load_verify_locations(c, set(o->cafile) ? o->cafile : NULL, dir)) {
+			ssl_err(err, cap, set(o->cafile) ? "cafile" : "capath",
+				set(o->cafile) ? o->cafile : o->capath);
 			goto fail;
 		}
 		if (server) {
@@ -221,7 +223,7 @@ static tls_ctx *ctx_new(const tls_opts *o, bool server, char *err, size_t cap)
 		mode = SSL_VERIFY_PEER;
 		if (o->require_certificate || o->use_identity_as_username)
 			mode |= SSL_VERIFY_FAIL_IF_NO_PEER_CERT;
-	} else if (!server && set(o->cafile)) {
+	} else if (!server && (set(o->cafile) || set(o->capath))) {
 		mode = SSL_VERIFY_PEER;
 	}
 	SSL_CTX_set_verify(c, mode, NULL);

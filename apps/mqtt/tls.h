@@ -38,6 +38,9 @@ typedef struct tls_opts {
 	const char *ciphers;           /* TLS 1.2 cipher list (OpenSSL syntax); NULL: default */
 	const char *servername;        /* client: SNI and the host name checked in the server's
 					* certificate (NULL: none checked) */
+	const char *capath;            /* client: a directory of hashed CA certificates (openssl
+					* rehash), beside or instead of cafile */
+	int tls_version;               /* 12 or 13: only TLS 1.2 or only 1.3; 0: either */
 } tls_opts;
 
 /*
