@@ -316,9 +316,11 @@ TEST(reload_under_readers)
 	pthread_t th[4];
 	for (int i = 0; i < 4; i++)
 		CHECK_EQ(pthread_create(&th[i], NULL, reader, NULL), 0);
-	int reloads = SLOW ? 200 : 2000;
-	for (int i = 0; i < reloads; i++)
-		CHECK_EQ(auth_reload(i & 1 ? rl_a : rl_b, &allow, err, sizeof err), 0);
+	/* Go on reloading until the readers have checked a while too: on a busy machine the
+	 * reloads alone could all be over before a reader thread first runs. */
+	int reloads = 0;
+	while (reloads < (SLOW ? 200 : 2000) || atomic_load(&checks_done) < 1000)
+		CHECK_EQ(auth_reload(reloads++ & 1 ? rl_a : rl_b, &allow, err, sizeof err), 0);
 	atomic_store(&stop_readers, 1);
 	for (int i = 0; i < 4; i++)
 		pthread_join(th[i], NULL);
