@@ -51,6 +51,7 @@
 #define STEAL_ROUNDS 4
 #define NEXT_STEAL_NS 3000   /* see steal() */
 #define BUSY_POLL_NS 20000  /* a busy worker polls fds at most this often */
+#define SPIN_POLL_NS 2000   /* and a spinning one */
 #define STUCK_NS 10000000   /* a worker on one task this long with work queued is stuck;
 			     * above an OS time slice, so a preempted worker does not count */
 #define STALL_NS 10000      /* see steal() */
@@ -440,18 +441,21 @@ static void run_timers(struct worker *w)
 	}
 }
 
-/* Under load no worker sleeps in epoll: poll without waiting now and then. */
-static void busy_poll(void)
+/* Poll fds without waiting, if nobody did in the last `every` ns: under load no worker sleeps
+ * in epoll, and a spinning worker must see sockets too (as Go's findrunnable does), or a
+ * readiness would wait for its spin to end. Returns the number of tasks woken. */
+static int poll_now(int64_t every)
 {
 	if (!poll_waiters() || atomic_load_explicit(&S.polling, memory_order_relaxed))
-		return;
+		return 0;
 	int64_t now = weft_now();
-	if (now - atomic_load_explicit(&S.last_poll, memory_order_relaxed) < BUSY_POLL_NS ||
+	if (now - atomic_load_explicit(&S.last_poll, memory_order_relaxed) < every ||
 	    atomic_exchange(&S.polling, true))
-		return;
+		return 0;
 	atomic_store_explicit(&S.last_poll, now, memory_order_relaxed);
-	poll_run(0);
+	int n = poll_run(0);
 	atomic_store(&S.polling, false);
+	return n;
 }
 
 /* The next task to run from w's own queues, or NULL. */
@@ -463,7 +467,7 @@ static inline __attribute__((always_inline)) weft_task *pick(struct worker *w)
 		if (atomic_load_explicit(&S.stop, memory_order_relaxed))
 			return NULL;
 		run_timers(w);
-		busy_poll();
+		poll_now(BUSY_POLL_NS);
 		inbox_drain(w, w);
 		if ((t = global_pop(w)))
 			return t;
@@ -517,7 +521,7 @@ void weft_yield(void)
 	weft_task *next = pick(w);
 	if (!next) { /* alone: the periodic checks in pick() would never come round */
 		run_timers(w);
-		busy_poll();
+		poll_now(BUSY_POLL_NS);
 		next = pick(w);
 	}
 	if (!next)
@@ -777,8 +781,9 @@ static void worker_loop(struct worker *w)
 				spin_since = now;
 			int64_t due = atomic_load_explicit(&w->timers.first, memory_order_relaxed);
 			if ((w->spinning && now - spin_since < w->spin_ns) || due - now < TIMER_SPIN_NS) {
-				for (int i = 0; i < 16; i++)
-					cpu_relax();
+				if (!poll_now(SPIN_POLL_NS))
+					for (int i = 0; i < 16; i++)
+						cpu_relax();
 				continue;
 			}
 			if (w->spinning && !w->declined && w->spin_ns > SPIN_MIN_NS)
