@@ -344,6 +344,19 @@ void sched_ready_tail(weft_task *t)
 	wake_idle();
 }
 
+void sched_ready_batch(weft_task *const *v, int n)
+{
+	struct worker *w = worker_self();
+	int i = 0;
+	for (int k = 0; k < n; k++)
+		task_set_state(v[k], TASK_RUNNABLE);
+	while (i < n && runq_push(&w->q, v[i]))
+		i++;
+	if (i < n)
+		global_push(v + i, (uint32_t)(n - i));
+	wake_idle();
+}
+
 /* ---- switching --------------------------------------------------------------------------- */
 
 _Noreturn static void overflow_abort(weft_task *t)
@@ -426,7 +439,7 @@ static void run_timers(struct worker *w)
 	if (atomic_load_explicit(&w->timers.first, memory_order_acquire) != INT64_MAX) {
 		int64_t now = weft_now();
 		if (atomic_load_explicit(&w->timers.first, memory_order_acquire) <= now)
-			wait_expire(&w->timers, now);
+			wait_expire(&w->timers, now, false);
 	}
 }
 
@@ -535,14 +548,15 @@ static uint32_t rnd(struct worker *w)
 	return w->rng;
 }
 
-/* Deadlines due on a worker busy with one task would wait for it: expire them here. */
+/* Deadlines due on a worker busy with one task would wait for it: expire them here, unless
+ * that worker is at its wheel right now (it is expiring them itself, or filing one). */
 static void steal_timers(struct worker *v)
 {
 	int64_t first = atomic_load_explicit(&v->timers.first, memory_order_relaxed);
 	if (first != INT64_MAX) {
 		int64_t now = weft_now();
 		if (first <= now)
-			wait_expire(&v->timers, now);
+			wait_expire(&v->timers, now, true);
 	}
 }
 
@@ -942,7 +956,7 @@ static void free_workers(void)
 	for (int i = 0; i < S.cap; i++) {
 		if (!S.w[i])
 			continue;
-		timer_heap_destroy(&S.w[i]->timers);
+		timer_wheel_destroy(&S.w[i]->timers);
 		free(S.w[i]->altstack);
 		free(S.w[i]->peek);
 		free(S.w[i]);
@@ -971,7 +985,7 @@ static int init_workers(int n)
 		w->peek = calloc((size_t)S.cap, sizeof *w->peek);
 		if (!w->peek)
 			return -ENOMEM;
-		timer_heap_init(&w->timers);
+		timer_wheel_init(&w->timers);
 		w->altstack = malloc(64 * 1024);
 		if (!w->altstack)
 			return -ENOMEM;

@@ -79,9 +79,10 @@ static inline bool wait_wake(struct wait *w, int result)
 /* Cancel t's current wait, if it has one that may be cancelled (weft_cancel). */
 void wait_cancel(weft_task *t);
 
-/* Expire the deadlines due in h: their tasks resume with -ETIMEDOUT. Returns how many. */
-struct timer_heap;
-int wait_expire(struct timer_heap *h, int64_t now);
+/* Expire the deadlines due in h: their tasks resume with -ETIMEDOUT. Returns how many. With
+ * `try`, does nothing when another worker holds h's lock (timer_expire). */
+struct timer_wheel;
+int wait_expire(struct timer_wheel *h, int64_t now, bool try);
 
 /* Number of plain threads parked in wait_park right now (for deadlock detection). */
 extern atomic_int wait_foreign_parked;
