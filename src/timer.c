@@ -57,7 +57,7 @@
 #include "weft.h"
 
 #define TICK_SHIFT 10
-#define SMALL_CAP 64   /* a drained slot keeps an array up to this size for reuse */
+#define SMALL_CAP 512  /* a drained slot keeps an array up to this size for reuse */
 #define PREFETCH 8     /* how far ahead expiry and cascades prefetch timers */
 
 int64_t weft_now(void)

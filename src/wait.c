@@ -78,17 +78,20 @@ static int park_thread(struct wait *w, int64_t deadline)
 	return result_of(w);
 }
 
-int wait_park(struct wait *w, int64_t deadline)
+/* exact: a deadline already past ends the wait without parking. Otherwise only one before the
+ * coarse clock does (no clock read); a later one that has passed all the same is filed, and
+ * expires at the worker's next look at its wheel. */
+static int park_task(struct wait *w, int64_t deadline, bool exact)
 {
 	weft_task *t = w->task;
-	if (!t)
-		return park_thread(w, deadline);
 	if (atomic_load(&t->cancelled) &&
 	    atomic_load_explicit(&w->state, memory_order_relaxed) == WAIT_PARKED &&
 	    settle(w, -ECANCELED))
 		return -ECANCELED;
 	if (deadline != WEFT_FOREVER) {
-		if (deadline <= weft_now()) {
+		int64_t now = exact ? weft_now()
+				    : atomic_load_explicit(&sched_coarse_now, memory_order_relaxed);
+		if (deadline <= now) {
 			if (settle(w, -ETIMEDOUT))
 				return -ETIMEDOUT;
 		} else if (timer_add(&worker_self()->timers, &t->timer, deadline) < 0) {
@@ -109,6 +112,20 @@ int wait_park(struct wait *w, int64_t deadline)
 	else if (t->timer.wheel) /* only we set it: no lock to look */
 		timer_del(&t->timer);
 	return r;
+}
+
+int wait_park(struct wait *w, int64_t deadline)
+{
+	if (!w->task)
+		return park_thread(w, deadline);
+	return park_task(w, deadline, true);
+}
+
+int wait_sleep(struct wait *w, int64_t deadline)
+{
+	if (!w->task)
+		return park_thread(w, deadline);
+	return park_task(w, deadline, false);
 }
 
 int wait_abandon(struct wait *w)

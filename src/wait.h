@@ -46,6 +46,11 @@ struct wait *wait_begin_nocancel(const char *reason, const void *object);
  * (-ECANCELED). Returns the result given to wait_finish. */
 int wait_park(struct wait *w, int64_t deadline);
 
+/* wait_park for a wait whose only outcome is the time it takes (a sleep): a deadline that
+ * passed within the last coarse clock tick parks briefly rather than costing a clock read on
+ * every call; the wait still never ends before its deadline. */
+int wait_sleep(struct wait *w, int64_t deadline);
+
 /* Give up a wait_begin that turned out to be unnecessary. If someone has already claimed w,
  * parks until they finish it. Returns the result that ended the wait (0 if abandoned). */
 int wait_abandon(struct wait *w);
