@@ -45,11 +45,14 @@ struct timer_slot {
 };
 
 struct timer_wheel {
-	spinlock lock;
+	/* Other workers read `first` whenever they look for work: it has a line of its own, which
+	 * filing a timer later than it leaves alone. */
+	_Alignas(64) _Atomic int64_t first; /* no later than the earliest deadline (equal to it
+					     * while that is on level 0), INT64_MAX when empty;
+					     * read without lock */
+	_Alignas(64) spinlock lock;
 	int n;                    /* timers queued */
 	uint64_t elapsed;         /* the tick expiry has reached (timer.c) */
-	_Atomic int64_t first;    /* no later than the earliest deadline (equal to it while that
-				   * is on level 0), INT64_MAX when empty; read without lock */
 	uint64_t occupied[WHEEL_LEVELS];           /* bit s: slot s of that level is not empty */
 	struct timer_slot slot[WHEEL_LEVELS][WHEEL_SLOTS];
 };
