@@ -247,84 +247,85 @@ static void cascade(struct timer_wheel *h, int l, int s)
 		free(old.a);
 }
 
-/* Take the due entries of level-0 slot s, claiming them onto *tail. Returns how many entries
- * are left (not yet due). Lock held. */
-static int drain(struct timer_wheel *h, int s, int64_t now, bool (*claim)(struct timer *),
-		 struct timer ***tail)
+/* Take due entries of level-0 slot s into batch[*n..TIMER_FIRE_BATCH), claiming them. Works
+ * from the end, so taking an entry moves no other; an entry not yet due (the current tick) is
+ * swapped to the front and stays. Stops when the batch is full. Lock held. */
+static void drain(struct timer_wheel *h, int s, int64_t now, bool (*claim)(struct timer *),
+		  struct timer **batch, int *n)
 {
 	struct timer_slot *sl = &h->slot[0][s];
 	int keep = 0;
-	for (int i = 0; i < sl->n; i++) {
-		if (i + PREFETCH < sl->n)
-			__builtin_prefetch(sl->a[i + PREFETCH].t, 1);
-		struct timer_entry e = sl->a[i];
+	while (sl->n > keep && *n < TIMER_FIRE_BATCH) {
+		int j = sl->n - 1;
+		if (j - PREFETCH >= keep)
+			__builtin_prefetch(sl->a[j - PREFETCH].t, 1);
+		struct timer_entry e = sl->a[j];
 		if (e.when > now) {
-			if (keep != i) {
-				e.t->idx = keep;
+			if (j != keep) {
+				sl->a[j] = sl->a[keep];
+				sl->a[j].t->idx = j;
 				sl->a[keep] = e;
+				e.t->idx = keep;
 			}
 			keep++;
 			continue;
 		}
-		e.t->idx = -1;
+		sl->n--;
 		h->n--;
-		if (claim(e.t)) {
-			**tail = e.t;
-			*tail = &e.t->fired;
-		}
+		e.t->idx = -1;
+		if (claim(e.t))
+			batch[(*n)++] = e.t;
 	}
-	sl->n = keep;
-	if (!keep)
+	if (!sl->n)
 		slot_drained(h, 0, s);
-	return keep;
 }
 
-static int fire_all(struct timer *list, void (*fire)(struct timer **, int))
+static bool take_lock(struct timer_wheel *h, bool try)
 {
-	struct timer *batch[TIMER_FIRE_BATCH];
-	int n = 0, total = 0;
-	while (list) {
-		batch[n++] = list;
-		list = list->fired; /* read before fire(): then the task may run and reuse it */
-		if (n == TIMER_FIRE_BATCH || !list) {
-			fire(batch, n);
-			total += n;
-			n = 0;
-		}
-	}
-	return total;
+	if (try)
+		return !atomic_load_explicit(&h->lock.v, memory_order_relaxed) &&
+		       !atomic_exchange_explicit(&h->lock.v, 1, memory_order_acquire);
+	spin_lock(&h->lock);
+	return true;
 }
 
-static bool spin_trylock(spinlock *l)
-{
-	return !atomic_load_explicit(&l->v, memory_order_relaxed) &&
-	       !atomic_exchange_explicit(&l->v, 1, memory_order_acquire);
-}
-
+/* Claimed timers are fired a batch at a time with the lock dropped, while the timers are still
+ * in cache from claiming them, and so that filing on this wheel waits for one batch at most. */
 int timer_expire(struct timer_wheel *h, int64_t now, bool try, bool (*claim)(struct timer *),
 		 void (*fire)(struct timer **, int))
 {
-	struct timer *list = NULL, **tail = &list;
-	if (!try)
-		spin_lock(&h->lock);
-	else if (!spin_trylock(&h->lock))
+	struct timer *batch[TIMER_FIRE_BATCH];
+	int n = 0, total = 0, l, s;
+	if (!take_lock(h, try))
 		return 0;
 	uint64_t nowt = tick_of(now);
-	int l, s;
 	while (h->n && next_slot(h, &l, &s)) {
 		uint64_t start = slot_start(h, l, s);
 		if (start > nowt)
 			break;
 		h->elapsed = start;
-		if (l > 0)
+		if (l > 0) {
 			cascade(h, l, s);
-		else if (drain(h, s, now, claim, &tail))
-			break; /* the rest of the current tick is not due yet */
+			continue;
+		}
+		drain(h, s, now, claim, batch, &n);
+		if (n < TIMER_FIRE_BATCH) {
+			if (h->slot[0][s].n)
+				break; /* the rest of the current tick is not due yet */
+			continue;
+		}
+		spin_unlock(&h->lock); /* `first` stays a lower bound: entries only left */
+		fire(batch, n);
+		total += n;
+		n = 0;
+		if (!take_lock(h, try))
+			return total;
 	}
 	if (nowt > h->elapsed)
 		h->elapsed = nowt;
-	*tail = NULL;
 	publish_first(h);
 	spin_unlock(&h->lock);
-	return fire_all(list, fire);
+	if (n)
+		fire(batch, n);
+	return total + n;
 }

@@ -29,7 +29,6 @@ struct timer {
 	struct timer_wheel *wheel; /* the wheel it was added to; NULL when none */
 	int idx;                   /* position in its slot, -1 when not queued */
 	uint16_t slot;             /* level * WHEEL_SLOTS + slot index, while queued */
-	struct timer *fired;       /* list link used by timer_expire */
 };
 
 /* Entries carry their deadline, so expiry and cascades decide within the slot's array and
@@ -64,9 +63,10 @@ int timer_add(struct timer_wheel *h, struct timer *t, int64_t when);
 /* Remove t from its wheel if it is still there. */
 void timer_del(struct timer *t);
 /* Take out every timer due at `now`. claim() runs under the wheel's lock and says whether the
- * timer still means something; fire() runs afterwards, unlocked, on batches of claimed ones,
- * in deadline order as far as the wheel's tick tells. With `try`, gives up (returns 0) when the
- * lock is taken. Returns the number fired. */
+ * timer still means something; fire() runs with the lock dropped, on batches of up to
+ * TIMER_FIRE_BATCH claimed ones (slot by slot in deadline order; within one tick of 1 us, in
+ * no particular order). With `try`, gives up when the lock is taken (then returns what it
+ * fired so far). Returns the number fired. */
 int timer_expire(struct timer_wheel *h, int64_t now, bool try, bool (*claim)(struct timer *),
 		 void (*fire)(struct timer **batch, int n));
 #endif
