@@ -22,12 +22,15 @@
  * Exact deadlines. Ticks only choose slots; entries keep their deadline to the nanosecond, and
  * expiry fires an entry only once its own deadline has passed, never because its slot has
  * started: the level-0 slot of the current tick may be partly due, and its entries not yet due
- * stay in it. When expiry reaches an occupied slot of a higher level it re-files that slot's
- * entries relative to the slot's start (a cascade: each entry moves down at most once per
- * level, and a 1 ms sleep cascades once). `first`, which the idle loop sleeps until, is the
- * exact earliest deadline while that is on level 0 (its slot is scanned for the minimum) and
- * otherwise the start of its slot, never later than the deadline: the worker then wakes early,
- * once per level at most, cascades, and sleeps again until the exact deadline.
+ * stay in it. When expiry reaches an occupied slot of a higher level it fires the entries that
+ * are already due and re-files the others relative to the slot's start (a cascade: each entry
+ * moves down at most once per level, and a 1 ms sleep cascades at most once or twice). Under
+ * load, when expiry runs late, most entries are due by the time their slot is reached and fire
+ * straight from it: a cascade touches each timer it moves (a miss on a cold task record), so
+ * skipping it is most of what a busy wheel saves. `first`, which the idle loop sleeps until,
+ * is the exact earliest deadline while that is on level 0 (its slot is scanned for the
+ * minimum) and otherwise the start of its slot, never later than the deadline: the worker
+ * then wakes early, once per level at most, cascades, and sleeps again until the deadline.
  *
  * Slots are arrays of {deadline, timer}, not lists linked through the timers: filing appends
  * to a warm array and writes only the filing task's own timer, where linking would write the
@@ -43,8 +46,13 @@
  * worker, plus 16 bytes per queued timer. A cascade that cannot grow a slot's array aborts the
  * program, as the global run queue does: the entries it holds have nowhere else to go.
  *
- * Firing: claimed timers are handed to fire() in batches, which makes the whole batch runnable
- * in one operation (sched_ready_batch), rather than one run-queue push and idle check each.
+ * Firing: claimed timers are handed to fire() in batches of TIMER_FIRE_BATCH, with the lock
+ * dropped, while they are still in cache from being claimed; fire() makes a whole batch
+ * runnable in one operation (sched_ready_batch). Dropping the lock part way through a slot is
+ * safe because a slot is taken from its end, so the entries left keep their places for
+ * timer_del, and the wheel notes the slot as `busy`: whoever expires next (this worker, or a
+ * thief) finishes it first, before the lower-level slots its due-later entries went to, and
+ * elapsed does not move past it meanwhile. A filing worker waits one batch at most.
  */
 #include "timer.h"
 
@@ -69,7 +77,7 @@ int64_t weft_now(void)
 
 void timer_wheel_init(struct timer_wheel *h)
 {
-	*h = (struct timer_wheel){ .lock = SPIN_INIT, .first = INT64_MAX };
+	*h = (struct timer_wheel){ .lock = SPIN_INIT, .first = INT64_MAX, .busy = -1 };
 	h->elapsed = (uint64_t)weft_now() >> TICK_SHIFT;
 }
 
@@ -229,38 +237,34 @@ _Noreturn static void out_of_memory(void)
 	abort();
 }
 
-/* Re-file a higher level's slot relative to its start, now elapsed. Lock held. */
-static void cascade(struct timer_wheel *h, int l, int s)
+/* Take the due entries of slot s of level l into batch[*n..TIMER_FIRE_BATCH), claiming them,
+ * until the batch is full. An entry not yet due moves: on level 0 (the current tick) to the
+ * front of the slot, where it stays; on a higher level one level down at least, relative to
+ * the slot's start, now elapsed (a cascade). Entries are taken from the end, so taking one
+ * moves no other, and the rest stay where timer_del finds them while the lock is dropped to
+ * fire a batch. A slot reached late, its entries already due, fires them with no cascade.
+ * Lock held. */
+static void take(struct timer_wheel *h, int l, int s, int64_t now,
+		 bool (*claim)(struct timer *), struct timer **batch, int *n)
 {
-	struct timer_slot old = h->slot[l][s];
-	h->slot[l][s] = (struct timer_slot){ 0 };
-	h->occupied[l] &= ~(1ULL << s);
-	for (int i = 0; i < old.n; i++) {
-		if (i + PREFETCH < old.n)
-			__builtin_prefetch(old.a[i + PREFETCH].t, 1);
-		if (file(h, old.a[i]) < 0)
-			out_of_memory();
-	}
-	if (old.cap <= SMALL_CAP) /* nothing was filed back into this slot: keep its array */
-		h->slot[l][s] = (struct timer_slot){ .cap = old.cap, .a = old.a };
-	else
-		free(old.a);
-}
-
-/* Take due entries of level-0 slot s into batch[*n..TIMER_FIRE_BATCH), claiming them. Works
- * from the end, so taking an entry moves no other; an entry not yet due (the current tick) is
- * swapped to the front and stays. Stops when the batch is full. Lock held. */
-static void drain(struct timer_wheel *h, int s, int64_t now, bool (*claim)(struct timer *),
-		  struct timer **batch, int *n)
-{
-	struct timer_slot *sl = &h->slot[0][s];
+	struct timer_slot *sl = &h->slot[l][s];
 	int keep = 0;
 	while (sl->n > keep && *n < TIMER_FIRE_BATCH) {
 		int j = sl->n - 1;
 		if (j - PREFETCH >= keep)
 			__builtin_prefetch(sl->a[j - PREFETCH].t, 1);
 		struct timer_entry e = sl->a[j];
-		if (e.when > now) {
+		if (e.when <= now) {
+			sl->n--;
+			h->n--;
+			e.t->idx = -1;
+			if (claim(e.t))
+				batch[(*n)++] = e.t;
+		} else if (l > 0) {
+			sl->n--;
+			if (file(h, e) < 0) /* never into this slot: see level_of */
+				out_of_memory();
+		} else {
 			if (j != keep) {
 				sl->a[j] = sl->a[keep];
 				sl->a[j].t->idx = j;
@@ -268,16 +272,10 @@ static void drain(struct timer_wheel *h, int s, int64_t now, bool (*claim)(struc
 				e.t->idx = keep;
 			}
 			keep++;
-			continue;
 		}
-		sl->n--;
-		h->n--;
-		e.t->idx = -1;
-		if (claim(e.t))
-			batch[(*n)++] = e.t;
 	}
 	if (!sl->n)
-		slot_drained(h, 0, s);
+		slot_drained(h, l, s);
 }
 
 static bool take_lock(struct timer_wheel *h, bool try)
@@ -299,22 +297,31 @@ int timer_expire(struct timer_wheel *h, int64_t now, bool try, bool (*claim)(str
 	if (!take_lock(h, try))
 		return 0;
 	uint64_t nowt = tick_of(now);
-	while (h->n && next_slot(h, &l, &s)) {
-		uint64_t start = slot_start(h, l, s);
-		if (start > nowt)
-			break;
-		h->elapsed = start;
-		if (l > 0) {
-			cascade(h, l, s);
-			continue;
+	for (;;) {
+		if (h->busy >= 0) { /* left while a batch was fired: it comes first */
+			l = h->busy / WHEEL_SLOTS;
+			s = h->busy % WHEEL_SLOTS;
+		} else {
+			if (!h->n || !next_slot(h, &l, &s))
+				break;
+			uint64_t start = slot_start(h, l, s);
+			if (start > nowt)
+				break;
+			h->elapsed = start;
 		}
-		drain(h, s, now, claim, batch, &n);
-		if (n < TIMER_FIRE_BATCH) {
-			if (h->slot[0][s].n)
+		take(h, l, s, now, claim, batch, &n);
+		if (n < TIMER_FIRE_BATCH) { /* nothing due is left in the slot */
+			h->busy = -1;
+			if (l == 0 && h->slot[0][s].n)
 				break; /* the rest of the current tick is not due yet */
 			continue;
 		}
-		spin_unlock(&h->lock); /* `first` stays a lower bound: entries only left */
+		/* Its entries stay put until we are back, by whoever expires next: its slot is
+		 * taken first, before the entries it has moved to lower levels, and elapsed does
+		 * not move past it meanwhile. `first` is still a lower bound: entries only left
+		 * or moved down with their deadlines. */
+		h->busy = h->slot[l][s].n ? l * WHEEL_SLOTS + s : -1;
+		spin_unlock(&h->lock);
 		fire(batch, n);
 		total += n;
 		n = 0;

@@ -52,6 +52,8 @@ struct timer_wheel {
 	_Alignas(64) spinlock lock;
 	int n;                    /* timers queued */
 	uint64_t elapsed;         /* the tick expiry has reached (timer.c) */
+	int busy;                 /* level * WHEEL_SLOTS + slot of a slot expiry is part way
+				   * through, or -1 (timer_expire) */
 	uint64_t occupied[WHEEL_LEVELS];           /* bit s: slot s of that level is not empty */
 	struct timer_slot slot[WHEEL_LEVELS][WHEEL_SLOTS];
 };
