@@ -53,6 +53,12 @@
  * timer_del, and the wheel notes the slot as `busy`: whoever expires next (this worker, or a
  * thief) finishes it first, before the lower-level slots its due-later entries went to, and
  * elapsed does not move past it meanwhile. A filing worker waits one batch at most.
+ *
+ * One call fires TIMER_EXPIRE_MAX timers at most (a run queue's worth) and leaves the rest due,
+ * `first` still at or before them, for the worker's next look a few dozen switches later: when
+ * 10^5 deadlines pass at once, expiring them all in one go would keep the worker from switching
+ * for milliseconds (the monitor takes that for a stuck worker and starts a spare) only to push
+ * most of them to the global queue.
  */
 #include "timer.h"
 
@@ -325,7 +331,7 @@ int timer_expire(struct timer_wheel *h, int64_t now, bool try, bool (*claim)(str
 		fire(batch, n);
 		total += n;
 		n = 0;
-		if (!take_lock(h, try))
+		if (total >= TIMER_EXPIRE_MAX || !take_lock(h, try))
 			return total;
 	}
 	if (nowt > h->elapsed)

@@ -21,6 +21,7 @@
 #define WHEEL_SLOTS (1 << WHEEL_BITS)
 #define WHEEL_LEVELS 9 /* 9 x 6 bits of ticks cover every int64_t deadline (timer.c) */
 #define TIMER_FIRE_BATCH 32 /* at most this many timers are handed to fire() at once */
+#define TIMER_EXPIRE_MAX 256 /* and about this many in one timer_expire (timer.c) */
 
 struct timer_wheel;
 
@@ -68,7 +69,8 @@ void timer_del(struct timer *t);
  * timer still means something; fire() runs with the lock dropped, on batches of up to
  * TIMER_FIRE_BATCH claimed ones (slot by slot in deadline order; within one tick of 1 us, in
  * no particular order). With `try`, gives up when the lock is taken (then returns what it
- * fired so far). Returns the number fired. */
+ * fired so far). Stops once it has fired TIMER_EXPIRE_MAX, leaving `first` at or before the
+ * rest. Returns the number fired. */
 int timer_expire(struct timer_wheel *h, int64_t now, bool try, bool (*claim)(struct timer *),
 		 void (*fire)(struct timer **batch, int n));
 #endif
