@@ -28,9 +28,10 @@
  * load, when expiry runs late, most entries are due by the time their slot is reached and fire
  * straight from it: a cascade touches each timer it moves (a miss on a cold task record), so
  * skipping it is most of what a busy wheel saves. `first`, which the idle loop sleeps until,
- * is the exact earliest deadline while that is on level 0 (its slot is scanned for the
- * minimum) and otherwise the start of its slot, never later than the deadline: the worker
- * then wakes early, once per level at most, cascades, and sleeps again until the deadline.
+ * is the `min` of the first occupied slot: each slot keeps the least deadline filed into it
+ * (and a level-0 slot, once expiry has looked through it, that of the entries it kept), which
+ * is the earliest deadline of the wheel, since every entry of a later slot lies after it. A
+ * cancel leaves it be: then it is early, and the worker wakes once for nothing and corrects it.
  *
  * Slots are arrays of {deadline, timer}, not lists linked through the timers: filing appends
  * to a warm array and writes only the filing task's own timer, where linking would write the
@@ -84,6 +85,9 @@ int64_t weft_now(void)
 void timer_wheel_init(struct timer_wheel *h)
 {
 	*h = (struct timer_wheel){ .lock = SPIN_INIT, .first = INT64_MAX, .busy = -1 };
+	for (int l = 0; l < WHEEL_LEVELS; l++)
+		for (int s = 0; s < WHEEL_SLOTS; s++)
+			h->slot[l][s].min = INT64_MAX;
 	h->elapsed = (uint64_t)weft_now() >> TICK_SHIFT;
 }
 
@@ -138,6 +142,8 @@ static int file(struct timer_wheel *h, struct timer_entry e)
 	e.t->idx = sl->n;
 	e.t->slot = (uint16_t)(l * WHEEL_SLOTS + s);
 	sl->a[sl->n++] = e;
+	if (e.when < sl->min)
+		sl->min = e.when;
 	h->occupied[l] |= 1ULL << s;
 	return 0;
 }
@@ -157,26 +163,11 @@ static bool next_slot(const struct timer_wheel *h, int *lp, int *sp)
 	return false;
 }
 
-static int64_t tick_ns(uint64_t t)
-{
-	return t > (uint64_t)(INT64_MAX >> TICK_SHIFT) ? INT64_MAX : (int64_t)(t << TICK_SHIFT);
-}
-
 /* Recompute `first` (see the top of the file). Lock held. */
 static void publish_first(struct timer_wheel *h)
 {
-	int64_t first = INT64_MAX;
 	int l, s;
-	if (h->n && next_slot(h, &l, &s)) {
-		if (l == 0) {
-			struct timer_slot *sl = &h->slot[0][s];
-			for (int i = 0; i < sl->n; i++)
-				if (sl->a[i].when < first)
-					first = sl->a[i].when;
-		} else {
-			first = tick_ns(slot_start(h, l, s));
-		}
-	}
+	int64_t first = h->n && next_slot(h, &l, &s) ? h->slot[l][s].min : INT64_MAX;
 	atomic_store_explicit(&h->first, first, memory_order_release);
 }
 
@@ -205,9 +196,10 @@ static void slot_drained(struct timer_wheel *h, int l, int s)
 {
 	struct timer_slot *sl = &h->slot[l][s];
 	h->occupied[l] &= ~(1ULL << s);
+	sl->min = INT64_MAX;
 	if (sl->cap > SMALL_CAP) {
 		free(sl->a);
-		*sl = (struct timer_slot){ 0 };
+		*sl = (struct timer_slot){ .min = INT64_MAX };
 	}
 }
 
@@ -255,6 +247,7 @@ static void take(struct timer_wheel *h, int l, int s, int64_t now,
 {
 	struct timer_slot *sl = &h->slot[l][s];
 	int keep = 0;
+	int64_t min = INT64_MAX; /* of the entries kept */
 	while (sl->n > keep && *n < TIMER_FIRE_BATCH) {
 		int j = sl->n - 1;
 		if (j - PREFETCH >= keep)
@@ -278,10 +271,14 @@ static void take(struct timer_wheel *h, int l, int s, int64_t now,
 				e.t->idx = keep;
 			}
 			keep++;
+			if (e.when < min)
+				min = e.when;
 		}
 	}
 	if (!sl->n)
 		slot_drained(h, l, s);
+	else if (sl->n == keep) /* all looked at: what is left is exactly the kept */
+		sl->min = min;
 }
 
 static bool take_lock(struct timer_wheel *h, bool try)

@@ -41,15 +41,15 @@ struct timer_entry {
 
 struct timer_slot {
 	int n, cap;
+	int64_t min;   /* no later than its earliest deadline (equal unless that was cancelled) */
 	struct timer_entry *a;
 };
 
 struct timer_wheel {
 	/* Other workers read `first` whenever they look for work: it has a line of its own, which
 	 * filing a timer later than it leaves alone. */
-	_Alignas(64) _Atomic int64_t first; /* no later than the earliest deadline (equal to it
-					     * while that is on level 0), INT64_MAX when empty;
-					     * read without lock */
+	_Alignas(64) _Atomic int64_t first; /* the earliest deadline (or earlier, after a
+					     * cancel), INT64_MAX when empty; read without lock */
 	_Alignas(64) spinlock lock;
 	int n;                    /* timers queued */
 	uint64_t elapsed;         /* the tick expiry has reached (timer.c) */

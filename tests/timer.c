@@ -255,6 +255,36 @@ TEST(wheel_partial_tick_is_exact)
 	timer_wheel_destroy(&wheel);
 }
 
+/* Without cancels, `first` is the earliest deadline exactly, whichever level it is on: the idle
+ * loop sleeps until it and wakes for nothing else. */
+TEST(wheel_first_is_exact)
+{
+	solo = true;
+	timer_wheel_init(&wheel);
+	model_now = weft_now();
+	for (int i = 0; i < MODEL_N; i++)
+		mt[i] = (struct mtimer){ .t.idx = -1 };
+	for (int round = 0; round < 2000; round++) {
+		for (int k = 0; k < 8; k++) {
+			struct mtimer *m = &mt[rnd() % MODEL_N];
+			if (m->queued)
+				continue;
+			int64_t d = model_deadline();
+			CHECK_EQ(timer_add(&wheel, &m->t, d > model_now ? d : model_now + 1), 0);
+			m->queued = true;
+		}
+		model_now += (int64_t)(rnd() % (rnd() % 8 ? 100000 : 100000000));
+		model_expire();
+		model_check();
+		int64_t min = INT64_MAX;
+		for (int i = 0; i < MODEL_N; i++)
+			if (mt[i].queued && mt[i].t.when < min)
+				min = mt[i].t.when;
+		CHECK_EQ(atomic_load(&wheel.first), min);
+	}
+	timer_wheel_destroy(&wheel);
+}
+
 /* ---- tasks ------------------------------------------------------------------------------ */
 
 static atomic_long timeouts, wakes;
