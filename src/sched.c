@@ -457,10 +457,11 @@ static void busy_poll(void)
 	atomic_store(&S.polling, false);
 }
 
-/* Start loading the task that will run after this one, whose record and stack are long out of
- * cache when many tasks take turns (10^5 sleepers each run once per pass over all of them): its
- * record, and the frames it parked with, just below the record (stack.h). By address only:
- * the pointer may be stale (a thief took it) and a prefetch never faults. */
+/* Start loading the task that will run after the next one, whose record and stack are long
+ * out of cache when many tasks take turns (10^5 sleepers each run once per pass over all of
+ * them): its record, and the frames it parked with, just below the record (stack.h). By address
+ * only: the pointer may be stale (a thief took it) and a prefetch never faults. Called when a
+ * task parks, not when it yields: a yield ping-pong has nothing cold to load. */
 static inline void prefetch_next(struct runq *q)
 {
 	uint32_t h = atomic_load_explicit(&q->head, memory_order_relaxed);
@@ -492,10 +493,8 @@ static inline __attribute__((always_inline)) weft_task *pick(struct worker *w)
 		return t;
 	}
 	w->next_streak = 0;
-	if ((t = runq_pop(&w->q))) {
-		prefetch_next(&w->q);
+	if ((t = runq_pop(&w->q)))
 		return t;
-	}
 	if (atomic_load_explicit(&w->next, memory_order_relaxed))
 		return atomic_exchange_explicit(&w->next, NULL, memory_order_acq_rel);
 	return NULL;
@@ -513,6 +512,7 @@ void sched_park(void)
 		task_set_state(self, TASK_RUNNING);
 		return;
 	}
+	prefetch_next(&w->q);
 	switch_to(w, self, next, TRACE_PARK);
 }
 
