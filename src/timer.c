@@ -43,8 +43,8 @@
  *
  * Costs: insert O(1) (an append; a realloc when a slot grows); cancel O(1); expiry O(1) per
  * fired timer plus O(1) per cascade step (at most WHEEL_LEVELS - 1 per timer, one in practice
- * for waits under 4 ms); finding the next slot is 9 mask tests. Memory: 9 KB of slot headers per
- * worker, plus 16 bytes per queued timer. A cascade that cannot grow a slot's array aborts the
+ * for waits under 4 ms); finding the next slot is at most 9 mask tests. Memory: 14 KB of slot
+ * headers per worker, plus 16 bytes per queued timer. A cascade that cannot grow a slot's array aborts the
  * program, as the global run queue does: the entries it holds have nowhere else to go.
  *
  * Firing: claimed timers are handed to fire() in batches of TIMER_FIRE_BATCH, with the lock
@@ -58,8 +58,8 @@
  * One call fires TIMER_EXPIRE_MAX timers at most (a run queue's worth) and leaves the rest due,
  * `first` still at or before them, for the worker's next look a few dozen switches later: when
  * 10^5 deadlines pass at once, expiring them all in one go would keep the worker from switching
- * for milliseconds (the monitor takes that for a stuck worker and starts a spare) only to push
- * most of them to the global queue.
+ * for milliseconds (long enough for the monitor to take it for a stuck worker and start a
+ * spare) only to push most of them to the global queue.
  */
 #include "timer.h"
 
