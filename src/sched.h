@@ -33,7 +33,7 @@ struct worker {
 	bool declined;                /* this spin saw work it left to its worker (steal) */
 	bool in_idle;                 /* on the idle list; guarded by the idle lock */
 	atomic_bool in_epoll;         /* its idle sleep is in epoll: wake it through the poller */
-	struct timer_heap timers;
+	struct timer_wheel timers;
 	struct stack_cache stacks;
 	uint64_t id_next, id_end;     /* block of task ids */
 	_Atomic int64_t spawned, exited; /* live tasks = sum(spawned - exited) over workers;
@@ -81,8 +81,11 @@ static inline void counter_inc(_Atomic int64_t *c)
 /* Make a parked or new task runnable: onto the calling worker's `next` slot (it runs right
  * after the caller), or the global queue when called from a plain thread. */
 void sched_ready(weft_task *t);
-/* Same, at the tail of the local queue (spawn, timer expiry). */
+/* Same, at the tail of the local queue (spawn). */
 void sched_ready_tail(weft_task *t);
+/* sched_ready_tail for n tasks at once (timer expiry): what does not fit the local ring goes
+ * to the global queue in one push, and idle workers are looked at once. A worker only. */
+void sched_ready_batch(weft_task *const *v, int n);
 /* Make t runnable on worker `home` (its inbox) rather than the caller's: see chan.c's wake().
  * From `home` itself, or a plain thread, the same as sched_ready. */
 void sched_ready_on(weft_task *t, int home);

@@ -164,7 +164,7 @@ int weft_sleep_until(int64_t deadline)
 			;
 		return 0;
 	}
-	int r = wait_park(wait_begin("sleep", NULL), deadline);
+	int r = wait_sleep(wait_begin("sleep", NULL), deadline);
 	return r == -ETIMEDOUT ? 0 : r;
 }
 

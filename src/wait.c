@@ -78,17 +78,20 @@ static int park_thread(struct wait *w, int64_t deadline)
 	return result_of(w);
 }
 
-int wait_park(struct wait *w, int64_t deadline)
+/* exact: a deadline already past ends the wait without parking. Otherwise only one before the
+ * coarse clock does (no clock read); a later one that has passed all the same is filed, and
+ * expires at the worker's next look at its wheel. */
+static int park_task(struct wait *w, int64_t deadline, bool exact)
 {
 	weft_task *t = w->task;
-	if (!t)
-		return park_thread(w, deadline);
 	if (atomic_load(&t->cancelled) &&
 	    atomic_load_explicit(&w->state, memory_order_relaxed) == WAIT_PARKED &&
 	    settle(w, -ECANCELED))
 		return -ECANCELED;
 	if (deadline != WEFT_FOREVER) {
-		if (deadline <= weft_now()) {
+		int64_t now = exact ? weft_now()
+				    : atomic_load_explicit(&sched_coarse_now, memory_order_relaxed);
+		if (deadline <= now) {
 			if (settle(w, -ETIMEDOUT))
 				return -ETIMEDOUT;
 		} else if (timer_add(&worker_self()->timers, &t->timer, deadline) < 0) {
@@ -105,10 +108,24 @@ int wait_park(struct wait *w, int64_t deadline)
 	}
 	int r = result_of(w);
 	if (r == -ETIMEDOUT)
-		t->timer.heap = NULL; /* expiry took it out of the heap: no lock needed */
-	else if (t->timer.heap) /* only we set it: no lock to look */
+		t->timer.wheel = NULL; /* expiry took it out of the wheel: no lock needed */
+	else if (t->timer.wheel) /* only we set it: no lock to look */
 		timer_del(&t->timer);
 	return r;
+}
+
+int wait_park(struct wait *w, int64_t deadline)
+{
+	if (!w->task)
+		return park_thread(w, deadline);
+	return park_task(w, deadline, true);
+}
+
+int wait_sleep(struct wait *w, int64_t deadline)
+{
+	if (!w->task)
+		return park_thread(w, deadline);
+	return park_task(w, deadline, false);
 }
 
 int wait_abandon(struct wait *w)
@@ -156,16 +173,24 @@ static bool timer_claim(struct timer *tm)
 	return wait_claim(&t->wait);
 }
 
-static void timer_fire(struct timer *tm)
+/* The tasks of a batch are made runnable together (sched_ready_batch): one run-queue
+ * operation and one look for an idle worker. */
+static void timer_fire(struct timer **batch, int n)
 {
-	weft_task *t = (weft_task *)((char *)tm - offsetof(weft_task, timer));
-	trace_wake(t, true);
-	atomic_store_explicit(&t->wait.state, (uint32_t)-ETIMEDOUT, memory_order_release);
-	counter_inc(&worker_self()->wakes); /* timers fire on workers only */
-	sched_ready_tail(t);
+	weft_task *tasks[TIMER_FIRE_BATCH];
+	for (int i = 0; i < n; i++) {
+		weft_task *t = (weft_task *)((char *)batch[i] - offsetof(weft_task, timer));
+		trace_wake(t, true);
+		atomic_store_explicit(&t->wait.state, (uint32_t)-ETIMEDOUT, memory_order_release);
+		tasks[i] = t;
+	}
+	struct worker *w = worker_self(); /* timers fire on workers only */
+	atomic_store_explicit(&w->wakes, atomic_load_explicit(&w->wakes, memory_order_relaxed) + n,
+			      memory_order_relaxed);
+	sched_ready_batch(tasks, n);
 }
 
-int wait_expire(struct timer_heap *h, int64_t now)
+int wait_expire(struct timer_wheel *h, int64_t now, bool try)
 {
-	return timer_expire(h, now, timer_claim, timer_fire);
+	return timer_expire(h, now, try, timer_claim, timer_fire);
 }

@@ -46,6 +46,11 @@ struct wait *wait_begin_nocancel(const char *reason, const void *object);
  * (-ECANCELED). Returns the result given to wait_finish. */
 int wait_park(struct wait *w, int64_t deadline);
 
+/* wait_park for a wait whose only outcome is the time it takes (a sleep): a deadline that
+ * passed within the last coarse clock tick parks briefly rather than costing a clock read on
+ * every call; the wait still never ends before its deadline. */
+int wait_sleep(struct wait *w, int64_t deadline);
+
 /* Give up a wait_begin that turned out to be unnecessary. If someone has already claimed w,
  * parks until they finish it. Returns the result that ended the wait (0 if abandoned). */
 int wait_abandon(struct wait *w);
@@ -79,9 +84,10 @@ static inline bool wait_wake(struct wait *w, int result)
 /* Cancel t's current wait, if it has one that may be cancelled (weft_cancel). */
 void wait_cancel(weft_task *t);
 
-/* Expire the deadlines due in h: their tasks resume with -ETIMEDOUT. Returns how many. */
-struct timer_heap;
-int wait_expire(struct timer_heap *h, int64_t now);
+/* Expire the deadlines due in h: their tasks resume with -ETIMEDOUT. Returns how many. With
+ * `try`, does nothing when another worker holds h's lock (timer_expire). */
+struct timer_wheel;
+int wait_expire(struct timer_wheel *h, int64_t now, bool try);
 
 /* Number of plain threads parked in wait_park right now (for deadlock detection). */
 extern atomic_int wait_foreign_parked;
