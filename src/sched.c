@@ -358,6 +358,7 @@ void sched_ready_tail(weft_task *t)
 void sched_ready_batch(weft_task *const *v, int n)
 {
 	struct worker *w = worker_self();
+	bool more = n > 1 || runq_len(&w->q) || atomic_load_explicit(&w->next, memory_order_relaxed);
 	int i = 0;
 	for (int k = 0; k < n; k++)
 		task_set_state(v[k], TASK_RUNNABLE);
@@ -365,7 +366,8 @@ void sched_ready_batch(weft_task *const *v, int n)
 		i++;
 	if (i < n)
 		global_push(v + i, (uint32_t)(n - i));
-	wake_idle();
+	if (more) /* one sleeper woken on an idle worker: that worker runs it (sched_ready_tail) */
+		wake_idle();
 }
 
 /* ---- switching --------------------------------------------------------------------------- */
