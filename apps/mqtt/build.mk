@@ -9,8 +9,8 @@
 # store.c; docs/weft-mqtt-security.md and weft-mqtt-durability.md) are in MQTT_SRC where their
 # libraries are (OpenSSL, SQLite); prod_auth.mk and prod_store.mk build their unit tests.
 MQTT_SRC := $(addprefix apps/mqtt/,codec.c encode.c config.c conn.c epoch.c msg.c pool.c \
-	session.c stats.c topic.c access.c acl.c persist.c metrics.c)
-MQTT_HDR := $(addprefix apps/mqtt/,broker.h codec.h acl.h auth.h ws.h tls.h store.h) include/weft.h
+	session.c stats.c topic.c access.c acl.c persist.c metrics.c ratelimit.c)
+MQTT_HDR := $(addprefix apps/mqtt/,broker.h codec.h acl.h auth.h ws.h tls.h store.h ratelimit.h) include/weft.h
 MQTT_LIBS :=
 MQTT_CFLAGS :=
 # password_file (PBKDF2-SHA512), WebSockets (SHA-1 of the upgrade key) and TLS listeners need
