@@ -36,7 +36,7 @@ endif
 MQTT_OBJ := $(MQTT_SRC:apps/mqtt/%.c=$(B)/obj/mqtt/%.o)
 
 ALL   += $(B)/bin/weft-mqtt
-TESTS += $(B)/tests/mqtt_codec $(B)/tests/mqtt_topic $(B)/tests/mqtt_broker
+TESTS += $(B)/tests/mqtt_codec $(B)/tests/mqtt_topic $(B)/tests/mqtt_broker $(B)/tests/mqtt_isolation
 
 $(B)/obj/mqtt:
 	mkdir -p $@
