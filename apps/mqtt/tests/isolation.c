@@ -425,6 +425,9 @@ TEST(flooder_and_slow_reader_do_not_raise_others_p99)
 	}
 	signal(SIGPIPE, SIG_IGN);
 	start_broker();
+	/* The measuring thread above everything else in the test (when allowed to be): what it
+	 * measures should be the broker's delays, not its own wait for a core. */
+	setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), -10);
 	good g;
 	good_open(&g);
 	good_round(&g, 500); /* warm-up */
