@@ -21,7 +21,15 @@
  * RSS stayed bounded while the slow reader's share of the flood piled up.
  *
  * ISO_ONLY=flood or ISO_ONLY=slow in the environment keeps one of the bad clients (to study
- * which one costs what; the assertion on the flood's count then fails, as it should).
+ * which one costs what; the assertion on the flood's count then fails, as it should), and
+ * ISO_BROKER=/usr/sbin/mosquitto runs another broker that takes -p PORT, to compare.
+ *
+ * Where it stands: it fails. The slow reader costs the others nothing measurable, but beside
+ * the flood (one broker worker busy with it, 3 to 6 million messages a second) the good
+ * clients' p99 rose from 0.1-0.7 ms to 1-2 ms on a quiet moment of the shared 2-core machine
+ * (ratio 1.5 to 10), and to several ms when other work loaded it. Before each connection
+ * yielded after a full read buffer (conn.c) it rose to 2.6-71 ms. The rest of the cost is not
+ * pinned down yet; so `make test` leaves this test out, and `make mqtt-isolation` runs it.
  *
  * Too slow under the sanitizers (the numbers would measure them): there it says so and passes;
  * the plain build runs it. Skipped under an emulator ($RUNNER), like the broker's other tests.
@@ -102,6 +110,8 @@ static void start_broker(void)
 	char bin[PATH_MAX], tmp[PATH_MAX], p[16];
 	snprintf(tmp, sizeof tmp, "%s", test_argv0);
 	snprintf(bin, sizeof bin, "%s/../bin/weft-mqtt", dirname(tmp));
+	if (getenv("ISO_BROKER")) /* another broker taking -p PORT (mosquitto), to compare */
+		snprintf(bin, sizeof bin, "%s", getenv("ISO_BROKER"));
 	port = free_port();
 	snprintf(p, sizeof p, "%d", port);
 	snprintf(errlog, sizeof errlog, "/tmp/weft-mqtt-iso-%d.log", (int)getpid());
