@@ -166,14 +166,17 @@ test('limits_connection_rate', async () => {
 	await startBroker({ max_connection_rate: '1/3', metrics_listener: `${mport} 127.0.0.1` });
 	await sleep(2000);
 	const t0 = Date.now();
-	for (let i = 0; i < 3; i++) await client(4, { clientId: `r${i}` });
+	const named = (what, p) => p.catch((e) => { throw new Error(`${what}: ${e.message}`); });
+	for (let i = 0; i < 3; i++) await named(`quick connection ${i + 1} of the burst`, client(4, { clientId: `r${i}` }));
 	await refusedAtAccept('the 4th quick connection');
 	const dt = Date.now() - t0;
 	assert(dt < 1000, `4 connections in ${dt} ms: quick enough for the test to mean something`);
 	let m = await scrape(mport);
 	eq(m.get('weft_mqtt_connections_refused_total{reason="rate"}'), 1, 'the refusal is counted');
-	await sleep(1100 - dt);
-	const late = await client(4, { clientId: 'late' }); // the rate allows one again
+	// Past the first accept (which came after t0) by more than the interval: the debt is
+	// back within the burst.
+	await sleep(1100);
+	const late = await named('the connection after 1.1 s', client(4, { clientId: 'late' })); // the rate allows one again
 	await late.subscribeAsync('x');
 	m = await scrape(mport);
 	eq(m.get('weft_mqtt_connections_refused_total{reason="rate"}'), 1, 'no other refusal');
