@@ -14,13 +14,9 @@
  * leaves the old one in place), swaps, and drops the old table's own reference. Whoever drops
  * the last reference frees it, so a check in progress finishes on the table it began with.
  *
- * Rate limit. Per source address a GCRA cell: `tat`, the time at which the address's debt is
- * paid. A failure moves tat to max(tat, now) + interval; the address is blocked while
- * tat - now > (burst - 1) * interval, i.e. after `burst` quick failures it may try once per
- * interval. Entries live in a fixed table of 1024 sets of 4, indexed by a seeded hash of the
- * address (so nobody can aim at one set), each set with its own lock. An entry whose tat has
- * passed is free; a full set gives up its entry with the smallest tat. IPv6 addresses are
- * keyed by their /64, since one host usually owns a whole /64.
+ * Rate limit. Failures are counted per source address in a GCRA table (ratelimit.c, which
+ * the acceptor's max_connection_rate uses too): after `burst` quick failures an address may
+ * try once per interval, and is refused before its password is hashed.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -30,11 +26,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include <weft.h>
 
 #include "auth.h"
+#include "ratelimit.h"
 
 #define HASH_LEN 64                 /* SHA-512 */
 #define SALT_MAX 64
@@ -402,119 +398,39 @@ auth_result auth_check(const auth_req *r)
 
 /* ---- failed attempts per address ---------------------------------------------------------- */
 
-#define SETS 1024
-#define WAYS 4
+static _Atomic(rl_table *) lim;
 
-typedef struct lim_ent {
-	uint8_t key[16];
-	int64_t tat;                /* 0: free */
-} lim_ent;
-
-typedef struct lim_set {
-	weft_mutex lock;
-	lim_ent e[WAYS];
-} lim_set;
-
-static lim_set sets[SETS];
-static _Atomic int lim_burst = 5;
-static _Atomic int64_t lim_interval = 2000000000LL;
-static _Atomic uint64_t lim_seed;
+/* The table of failures (ratelimit.c), made on first use: 5 failures, then one every 2 s. */
+static rl_table *limits(void)
+{
+	rl_table *t = atomic_load_explicit(&lim, memory_order_acquire);
+	if (t)
+		return t;
+	rl_table *n = rl_new(5, 2000000000LL);
+	if (!n)
+		abort();
+	if (atomic_compare_exchange_strong(&lim, &t, n))
+		return n;
+	rl_free(n);
+	return t;
+}
 
 void auth_set_limits(const auth_limits *l)
 {
-	atomic_store(&lim_burst, l->burst < 0 ? 0 : l->burst);
-	atomic_store(&lim_interval, l->interval_ns > 0 ? l->interval_ns : 1);
+	rl_set(limits(), l->burst, l->interval_ns);
 }
 
 void auth_limit_reset(void)
 {
-	for (int i = 0; i < SETS; i++)
-		WEFT_WITH_LOCK(&sets[i].lock)
-			memset(sets[i].e, 0, sizeof sets[i].e);
-}
-
-/* The key of an address; false for families that are not limited (unix sockets). */
-static bool addr_key(const struct sockaddr *sa, uint8_t key[16])
-{
-	memset(key, 0, 16);
-	if (sa->sa_family == AF_INET) {
-		key[10] = key[11] = 0xff;
-		memcpy(key + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
-		return true;
-	}
-	if (sa->sa_family == AF_INET6) {
-		const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
-		memcpy(key, a, IN6_IS_ADDR_V4MAPPED(a) ? 16 : 8);
-		return true;
-	}
-	return false;
-}
-
-static lim_set *set_of(const uint8_t key[16])
-{
-	uint64_t seed = atomic_load_explicit(&lim_seed, memory_order_relaxed);
-	if (!seed) {
-		uint64_t s = 0;
-		if (getrandom(&s, sizeof s, 0) != sizeof s)
-			s = (uint64_t)weft_now();
-		s |= 1;
-		uint64_t zero = 0;
-		atomic_compare_exchange_strong(&lim_seed, &zero, s);
-		seed = atomic_load(&lim_seed);
-	}
-	uint64_t a, b;
-	memcpy(&a, key, 8);
-	memcpy(&b, key + 8, 8);
-	uint64_t h = (a ^ seed) * 0x9E3779B97F4A7C15ull;
-	h = (h ^ (h >> 29) ^ b) * 0xBF58476D1CE4E5B9ull;
-	h ^= h >> 32;
-	return &sets[h % SETS];
+	rl_reset(limits());
 }
 
 bool auth_limit_blocked(const struct sockaddr *from, int64_t now)
 {
-	int burst = atomic_load_explicit(&lim_burst, memory_order_relaxed);
-	uint8_t key[16];
-	if (!burst || !addr_key(from, key))
-		return false;
-	int64_t iv = atomic_load_explicit(&lim_interval, memory_order_relaxed);
-	lim_set *s = set_of(key);
-	bool blocked = false;
-	WEFT_WITH_LOCK(&s->lock)
-		for (int i = 0; i < WAYS; i++)
-			if (s->e[i].tat && !memcmp(s->e[i].key, key, 16))
-				blocked = s->e[i].tat - now > (int64_t)(burst - 1) * iv;
-	return blocked;
+	return rl_blocked(limits(), from, now);
 }
 
 void auth_limit_fail(const struct sockaddr *from, int64_t now)
 {
-	int burst = atomic_load_explicit(&lim_burst, memory_order_relaxed);
-	uint8_t key[16];
-	if (!burst || !addr_key(from, key))
-		return;
-	int64_t iv = atomic_load_explicit(&lim_interval, memory_order_relaxed);
-	lim_set *s = set_of(key);
-	WEFT_WITH_LOCK(&s->lock) {
-		lim_ent *hit = NULL, *victim = &s->e[0];
-		for (int i = 0; i < WAYS; i++) {
-			lim_ent *e = &s->e[i];
-			if (e->tat && !memcmp(e->key, key, 16)) {
-				hit = e;
-				break;
-			}
-			/* free or paid-off entries first, then the least indebted */
-			int64_t vt = victim->tat > now ? victim->tat : 0;
-			int64_t et = e->tat > now ? e->tat : 0;
-			if (et < vt)
-				victim = e;
-		}
-		if (!hit) {
-			hit = victim;
-			memcpy(hit->key, key, 16);
-			hit->tat = 0;
-		}
-		int64_t base = hit->tat > now ? hit->tat : now;
-		hit->tat = base + iv;
-	}
+	rl_charge(limits(), from, now);
 }

@@ -49,6 +49,10 @@ typedef struct broker_conf {
 	long max_connections;         /* -1: no limit */
 	int max_inflight_messages;    /* outbound QoS 1/2 window per client (and receive maximum) */
 	int max_queued_messages;      /* QoS 1/2 messages queued beyond the window per client */
+	long max_queued_bytes;        /* and their payload bytes; 0: no limit */
+	double conn_rate;             /* max_connection_rate: new connections a second per
+				       * address (IPv6: /64); 0: no limit */
+	int conn_burst;               /* ... of which this many at once */
 	long message_size_limit;      /* payload bytes; 0: the protocol's limit */
 	int max_keepalive;            /* seconds; 0: none */
 	int allow_anonymous;          /* -1: only from loopback addresses (the default) */
@@ -170,6 +174,7 @@ typedef struct session {
 	uint32_t ninflight;
 	dlv *queue, *queue_tail;
 	uint32_t nqueued;
+	uint64_t queued_bytes;     /* payload bytes of the queue (max_queued_bytes) */
 	uint16_t next_pid;
 	uint16_t window;           /* outbound inflight limit */
 	uint32_t max_packet;       /* the client's maximum packet size */
@@ -387,6 +392,9 @@ enum {
 	ST_DROP_QUEUE_FULL, /* QoS 1/2 deliveries dropped: max_queued_messages reached */
 	ST_DROP_EXPIRED,    /* queued deliveries whose message expired before they were sent */
 	ST_QUEUED,          /* a gauge: +1 and -1 (mod 2^64) as deliveries enter and leave queues */
+	ST_DROP_QUEUE_BYTES, /* QoS 1/2 deliveries dropped: max_queued_bytes reached */
+	ST_REFUSED_MAX_CONN, /* connections closed at accept: max_connections reached */
+	ST_REFUSED_RATE,    /* connections closed at accept: max_connection_rate exceeded */
 	ST_COUNT
 };
 void stats_init(void);

@@ -94,6 +94,33 @@ static int tls_option(broker_conf *c, const char *file, int line, const char *o,
 	return path(file, line, o, v, out, sizeof l->certfile);
 }
 
+/* max_connection_rate RATE[/BURST]: RATE new connections a second per address (a decimal, so
+ * 0.5 is one every 2 s), BURST of them at once (default: RATE rounded up); 0 turns it off. */
+static int conn_rate(broker_conf *c, const char *file, int line, const char *v)
+{
+	char *end = NULL;
+	errno = 0;
+	double r = v ? strtod(v, &end) : -1;
+	long burst = 0;
+	bool ok = v && end != v && !errno && r >= 0 && r <= 1e6;
+	if (ok && *end == '/') {
+		char *e2;
+		burst = strtol(end + 1, &e2, 10);
+		ok = e2 != end + 1 && !*e2 && burst >= 1 && burst <= 1000000;
+	} else if (ok) {
+		ok = !*end;
+	}
+	if (!ok || (r > 0 && 1e9 / r < 1)) {
+		fprintf(stderr, "%s:%d: max_connection_rate needs RATE[/BURST]: connections a second "
+				"(0 to 1000000, e.g. 10 or 0.5) and at most BURST at once (1 to 1000000)\n",
+			file, line);
+		return -1;
+	}
+	c->conn_rate = r;
+	c->conn_burst = r > 0 ? (int)(burst ? burst : (long)r + ((double)(long)r < r)) : 0;
+	return 0;
+}
+
 /* One "option args" line; words[] NUL-terminated. */
 static int option(broker_conf *c, const char *file, int line, char **w, int nw)
 {
@@ -171,6 +198,14 @@ static int option(broker_conf *c, const char *file, int line, char **w, int nw)
 		c->max_queued_messages = n ? (int)n : INT_MAX;
 		return 0;
 	}
+	if (!strcmp(o, "max_queued_bytes")) {
+		if (number(file, line, o, v, 0, LONG_MAX, &n) < 0)
+			return -1;
+		c->max_queued_bytes = n;
+		return 0;
+	}
+	if (!strcmp(o, "max_connection_rate"))
+		return conn_rate(c, file, line, v);
 	if (!strcmp(o, "message_size_limit")) {
 		if (number(file, line, o, v, 0, 268435455, &n) < 0)
 			return -1;
@@ -268,7 +303,8 @@ static void usage(FILE *o)
 		"\n"
 		"  -c, --config-file FILE  read options from FILE (mosquitto syntax): listener,\n"
 		"                          bind_address, port, max_connections, max_inflight_messages,\n"
-		"                          max_queued_messages, message_size_limit, max_keepalive,\n"
+		"                          max_queued_messages, max_queued_bytes, max_connection_rate,\n"
+		"                          message_size_limit, max_keepalive,\n"
 		"                          allow_anonymous, sys_interval, password_file,\n"
 		"                          allow_plain_passwords, acl_file, protocol websockets,\n"
 		"                          certfile, keyfile, cafile, ciphers, require_certificate,\n"

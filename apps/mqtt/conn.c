@@ -7,6 +7,9 @@
  * task waits for the socket with no buffer at all (weft_fd_wait, then a read that does not
  * wait), so an idle connection costs its task's few stack pages and two small structs.
  *
+ * Fairness: a connection whose read filled the buffer yields after handling it, so a client
+ * that floods gets one bufferful at a time like everyone else on its worker.
+ *
  * A read section of epoch.c spans each batch (topic matching reads the tree without locks,
  * and the sessions it finds stay valid until the flush), never the wait for input.
  *
@@ -783,6 +786,7 @@ static void serve(void *arg)
 		}
 		ssize_t n = c->tls ? tls_read(c->tls, b.buf + b.len, b.cap - b.len, b.len ? dl : 0)
 				   : weft_read(c->fd, b.buf + b.len, b.cap - b.len, b.len ? dl : 0);
+		bool full = n > 0 && (size_t)n == b.cap - b.len;
 		if (n == -ETIMEDOUT) {
 			if (b.len) { /* a packet half sent and then nothing */
 				rc = c->connected ? MQ_RC_KEEP_ALIVE_TIMEOUT : 0;
@@ -815,6 +819,11 @@ static void serve(void *arg)
 		}
 		if (c->closing)
 			break;
+		/* A read that filled the buffer means more is waiting: a client that always has
+		 * more (a flood) would keep this worker to itself, its other connections and its
+		 * timers waiting. Let them have a turn after each bufferful. */
+		if (full)
+			weft_yield();
 	}
 	pool_free(b.buf);
 	conn_end(c, rc, will);

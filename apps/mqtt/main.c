@@ -20,6 +20,7 @@
 
 #include "bridge.h"
 #include "broker.h"
+#include "ratelimit.h"
 #include "tls.h"
 
 void pool_fini(void);
@@ -29,19 +30,32 @@ static int lfds[MAX_LISTENERS];
 static int lproto[MAX_LISTENERS];
 static tls_ctx *ltls[MAX_LISTENERS];
 static int sigfd = -1;
+static rl_table *conn_rate; /* max_connection_rate, or NULL */
 
 static void acceptor(void *arg)
 {
 	int i = (int)(intptr_t)arg, lfd = lfds[i];
 	while (!atomic_load(&broker_stopping)) {
-		int fd = weft_accept(lfd, NULL, NULL, 0, WEFT_FOREVER);
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof ss;
+		int fd = weft_accept(lfd, (struct sockaddr *)&ss, &sl, 0, WEFT_FOREVER);
 		if (fd < 0) {
 			if (fd == -EBADF || fd == -ECANCELED || atomic_load(&broker_stopping))
 				return;
 			weft_sleep_until(weft_now() + 10000000); /* out of fds: let some close */
 			continue;
 		}
+		/* Limits that refuse a connection do it here, before a task or a byte of buffer is
+		 * spent on it: the client sees the connection closed, with no CONNACK. */
 		if (conf.max_connections >= 0 && conns_count() >= conf.max_connections) {
+			stats_add(ST_REFUSED_MAX_CONN, 1);
+			weft_close(fd);
+			continue;
+		}
+		if (conn_rate && !rl_take(conn_rate, (struct sockaddr *)&ss, weft_now())) {
+			stats_add(ST_REFUSED_RATE, 1);
+			if (conf.verbose)
+				fprintf(stderr, "weft-mqtt: connection refused (max_connection_rate)\n");
 			weft_close(fd);
 			continue;
 		}
@@ -108,6 +122,9 @@ static int broker(void *arg)
 				l->protocol == PROTO_WEBSOCKETS ? " (websockets)" : "",
 				ltls[i] ? " (TLS)" : "");
 	}
+	if (conf.conn_rate > 0 &&
+	    !(conn_rate = rl_new(conf.conn_burst, (int64_t)(1e9 / conf.conn_rate))))
+		abort();
 	if (metrics_start() < 0 || bridges_start() < 0)
 		return 1;
 	weft_spawn_opts o = { .name = "mqtt-accept" };
@@ -160,6 +177,7 @@ static int broker(void *arg)
 	ebr_collect(1);
 	stats_fini();
 	pool_fini();
+	rl_free(conn_rate);
 	return 0;
 }
 

@@ -117,6 +117,14 @@ static void broker_metrics(tbuf *b)
 		(unsigned long long)stats_sum(ST_DROP_QUEUE_FULL));
 	tprintf(b, "weft_mqtt_deliveries_dropped_total{reason=\"expired\"} %llu\n",
 		(unsigned long long)stats_sum(ST_DROP_EXPIRED));
+	tprintf(b, "weft_mqtt_deliveries_dropped_total{reason=\"queue_bytes_full\"} %llu\n",
+		(unsigned long long)stats_sum(ST_DROP_QUEUE_BYTES));
+	head(b, "weft_mqtt_connections_refused_total", "counter",
+	     "Connections closed as they were accepted, by reason.");
+	tprintf(b, "weft_mqtt_connections_refused_total{reason=\"max_connections\"} %llu\n",
+		(unsigned long long)stats_sum(ST_REFUSED_MAX_CONN));
+	tprintf(b, "weft_mqtt_connections_refused_total{reason=\"rate\"} %llu\n",
+		(unsigned long long)stats_sum(ST_REFUSED_RATE));
 	/* A gauge kept as per-worker sums of +1 and -1: the total is right modulo 2^64. */
 	one(b, "weft_mqtt_queued_messages", "gauge",
 	    "QoS 1/2 messages queued beyond the clients' inflight windows.",

@@ -8,7 +8,10 @@
  * Delivery. A publisher's task encodes each delivery straight into the receiving session's
  * output buffer (QoS 0, or QoS 1/2 within the client's receive window) or queues a reference
  * to the shared message (QoS 1/2 beyond the window, or while the client is offline, up to
- * max_queued_messages; QoS 0 beyond qos0_queue_bytes of unsent output is dropped and counted).
+ * max_queued_messages and max_queued_bytes of payload, whichever comes first; QoS 0 beyond
+ * qos0_queue_bytes of unsent output is dropped and counted). So what a client that reads
+ * nothing costs is bounded: qos0_queue_bytes plus a window of messages in its output (and
+ * as much again in the buffer its writer task holds), plus its queue's references.
  * It then notes the session as dirty in its own connection; at the end of the batch of
  * packets it read, the publisher flushes every dirty session: one write() carries every
  * message queued for that client since its last write. Under load a batch holds many
@@ -126,6 +129,7 @@ static void session_end(session *s)
 		inf = s->inflight, s->inflight = s->inflight_tail = NULL;
 		stats_add(ST_QUEUED, -(uint64_t)s->nqueued);
 		s->nqueued = s->ninflight = 0;
+		s->queued_bytes = 0;
 		will = take_will(s);
 		pool_free(s->out);
 		s->out = NULL;
@@ -296,6 +300,7 @@ void session_restore_dlv(session *s, const dlv *proto)
 				s->queue = d;
 			s->queue_tail = d;
 			s->nqueued++;
+			s->queued_bytes += d->m->payload_len;
 			stats_add(ST_QUEUED, 1);
 		}
 	}
@@ -602,6 +607,7 @@ static void fill_window(session *s)
 		if (!s->queue)
 			s->queue_tail = NULL;
 		s->nqueued--;
+		s->queued_bytes -= d->m->payload_len;
 		stats_add(ST_QUEUED, -(uint64_t)1);
 		if (msg_expired(d->m, now)) {
 			stats_add(ST_DROP_EXPIRED, 1);
@@ -663,7 +669,14 @@ void session_deliver(session *s, msg *m, int qos, int retain, const uint32_t *su
 			persist_enqueue(s, d, by);
 		}
 		start(s, d, now);
-	} else if (s->nqueued < (uint32_t)conf.max_queued_messages) {
+	} else if (s->nqueued >= (uint32_t)conf.max_queued_messages) {
+		dropped = true;
+		stats_add(ST_DROP_QUEUE_FULL, 1);
+	} else if (conf.max_queued_bytes &&
+		   s->queued_bytes + m->payload_len > (uint64_t)conf.max_queued_bytes) {
+		dropped = true;
+		stats_add(ST_DROP_QUEUE_BYTES, 1);
+	} else {
 		dlv *d = pool_alloc(sizeof *d);
 		*d = (dlv){ NULL, msg_ref(m), 0, (uint8_t)qos, (uint8_t)retain, 0, (uint8_t)nsub, { 0 }, 0 };
 		memcpy(d->subid, subids, (size_t)nsub * sizeof *subids);
@@ -675,10 +688,8 @@ void session_deliver(session *s, msg *m, int qos, int retain, const uint32_t *su
 			s->queue = d;
 		s->queue_tail = d;
 		s->nqueued++;
+		s->queued_bytes += m->payload_len;
 		stats_add(ST_QUEUED, 1);
-	} else {
-		dropped = true;
-		stats_add(ST_DROP_QUEUE_FULL, 1);
 	}
 	flush = want_flush(s, by);
 	weft_mutex_unlock(&s->lock);

@@ -93,6 +93,8 @@ static void publish_all(void)
 	put("$SYS/broker/retained messages/count", "%llu",
 	    (unsigned long long)topic_retained_count());
 	put("$SYS/broker/connections/total", "%llu", stats_sum(ST_CONNECTS));
+	put("$SYS/broker/connections/refused", "%llu",
+	    stats_sum(ST_REFUSED_MAX_CONN) + stats_sum(ST_REFUSED_RATE));
 }
 
 void stats_task(void *arg)
