@@ -852,6 +852,9 @@ static void worker_enter(struct worker *w)
 	worker_tls = w;
 	trace_thread_name("worker %d", w->id);
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); /* sleep until deadlines to the microsecond */
+	w->tid = gettid();
+	if (pthread_getcpuclockid(pthread_self(), &w->cpu_clock) != 0)
+		w->cpu_clock = -1;
 	stack_t ss = { .ss_sp = w->altstack, .ss_size = 64 * 1024 };
 	sigaltstack(&ss, NULL);
 	pthread_attr_t a;
@@ -928,11 +931,57 @@ static void start_spare(void)
 	}
 }
 
-static void rescue(void)
+static int64_t thread_cpu(struct worker *w)
+{
+	struct timespec ts;
+	if (w->cpu_clock == (clockid_t)-1 || clock_gettime(w->cpu_clock, &ts) != 0)
+		return -1;
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Whether w's thread is runnable (state R: on a core, or waiting for one) rather than blocked
+ * in the kernel. */
+static bool runnable(struct worker *w)
+{
+	char path[64], buf[256];
+	snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)w->tid);
+	FILE *f = fopen(path, "r");
+	size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+	if (f)
+		fclose(f);
+	buf[n] = 0;
+	const char *p = strrchr(buf, ')'); /* after the command name, which may hold anything */
+	return p && p[1] == ' ' && p[2] == 'R';
+}
+
+/* No worker is idle: start a spare, unless w's thread is merely waiting for a core. On an
+ * overloaded machine the kernel may keep a worker off the CPU for longer than STUCK_NS, and
+ * another thread would only lengthen the queue for the cores. So the monitor first notes the
+ * thread's CPU time, then looks again a period later: a thread that computed (it used at least
+ * half that time) or that is blocked in a system call gets a spare; one that was runnable
+ * without running is left to the kernel. */
+static bool spare_helps(struct worker *w, int64_t now)
+{
+	if (!w->probe_at) {
+		w->probe_at = now;
+		w->probe_cpu = thread_cpu(w);
+		return false;
+	}
+	if (now - w->probe_at < MONITOR_NS)
+		return false;
+	int64_t cpu = thread_cpu(w), span = now - w->probe_at;
+	w->probe_at = 0;
+	return cpu < 0 || w->probe_cpu < 0 || 2 * (cpu - w->probe_cpu) >= span || !runnable(w);
+}
+
+/* w has been stuck for STUCK_NS. Returns whether it was dealt with (else: look again). */
+static bool rescue(struct worker *w, int64_t now)
 {
 	if (atomic_load(&S.nidle) == 0) {
+		if (!spare_helps(w, now))
+			return w->probe_at == 0; /* still looking, or the kernel's business */
 		start_spare();
-		return;
+		return true;
 	}
 	atomic_fetch_add(&S.nspinning, 1);
 	pthread_mutex_lock(&S.idle_lock);
@@ -946,6 +995,7 @@ static void rescue(void)
 		wake_worker(v);
 	else
 		atomic_fetch_sub(&S.nspinning, 1);
+	return true;
 }
 
 /* With every worker asleep nothing can be stuck: the monitor sleeps too, so that an idle
@@ -984,8 +1034,8 @@ static void *monitor(void *arg)
 			if (tick != w->seen_tick || !has_work(w, now)) {
 				w->seen_tick = tick;
 				w->seen_since = now;
-			} else if (now - w->seen_since >= STUCK_NS) {
-				rescue();
+				w->probe_at = 0;
+			} else if (now - w->seen_since >= STUCK_NS && rescue(w, now)) {
 				w->seen_since = now;
 			}
 		}
