@@ -53,6 +53,9 @@ typedef struct broker_conf {
 	double conn_rate;             /* max_connection_rate: new connections a second per
 				       * address (IPv6: /64); 0: no limit */
 	int conn_burst;               /* ... of which this many at once */
+	double pub_rate;              /* max_publish_rate: PUBLISHes a second per connection;
+				       * 0: no limit */
+	int pub_burst;                /* ... of which this many at once */
 	long message_size_limit;      /* payload bytes; 0: the protocol's limit */
 	int max_keepalive;            /* seconds; 0: none */
 	int allow_anonymous;          /* -1: only from loopback addresses (the default) */
@@ -342,6 +345,7 @@ typedef struct conn {
 	weft_task *task;
 	uint16_t keep_alive;
 	uint32_t max_in_packet;   /* largest packet we accept */
+	int64_t pub_tat;          /* max_publish_rate: when the client's publishing debt is paid */
 	/* topic aliases: client -> broker (ours to keep), broker -> client (we assign) */
 	char **in_alias;
 	uint16_t in_alias_max;

@@ -38,12 +38,13 @@ MQTT_OBJ := $(MQTT_SRC:apps/mqtt/%.c=$(B)/obj/mqtt/%.o)
 
 ALL   += $(B)/bin/weft-mqtt
 TESTS += $(B)/tests/mqtt_codec $(B)/tests/mqtt_topic $(B)/tests/mqtt_broker
-# The isolation test (tests/isolation.c: others' p99 beside a flooder and a slow reader) is
-# built with everything but run on its own, `make mqtt-isolation`: it takes about 17 s, and on
-# the shared 2-core machine it misses its 2x target (see the file's header).
-ALL += $(B)/tests/mqtt_isolation
+# The isolation test (tests/isolation.c: others' p99 beside a flooder and a slow reader): with
+# max_publish_rate in every `make test`; with the broker's defaults, where nothing limits the
+# flood and the 2x target is missed on a shared 2-core machine (see the file's header), only
+# in `make mqtt-isolation`.
+TESTS += $(B)/tests/mqtt_isolation
 mqtt-isolation: $(B)/tests/mqtt_isolation
-	sh tests/run.sh $<
+	ISO_UNLIMITED=1 sh tests/run.sh $<
 .PHONY: mqtt-isolation
 
 $(B)/obj/mqtt:

@@ -94,9 +94,10 @@ static int tls_option(broker_conf *c, const char *file, int line, const char *o,
 	return path(file, line, o, v, out, sizeof l->certfile);
 }
 
-/* max_connection_rate RATE[/BURST]: RATE new connections a second per address (a decimal, so
- * 0.5 is one every 2 s), BURST of them at once (default: RATE rounded up); 0 turns it off. */
-static int conn_rate(broker_conf *c, const char *file, int line, const char *v)
+/* RATE[/BURST] (max_connection_rate, max_publish_rate): RATE a second (a decimal, so 0.5 is one
+ * every 2 s), BURST at once (default: RATE rounded up); 0 turns the limit off. */
+static int rate_option(const char *file, int line, const char *o, const char *what, const char *v,
+		       double *rate, int *burst_out)
 {
 	char *end = NULL;
 	errno = 0;
@@ -111,13 +112,13 @@ static int conn_rate(broker_conf *c, const char *file, int line, const char *v)
 		ok = !*end;
 	}
 	if (!ok || (r > 0 && 1e9 / r < 1)) {
-		fprintf(stderr, "%s:%d: max_connection_rate needs RATE[/BURST]: connections a second "
+		fprintf(stderr, "%s:%d: %s needs RATE[/BURST]: %s a second "
 				"(0 to 1000000, e.g. 10 or 0.5) and at most BURST at once (1 to 1000000)\n",
-			file, line);
+			file, line, o, what);
 		return -1;
 	}
-	c->conn_rate = r;
-	c->conn_burst = r > 0 ? (int)(burst ? burst : (long)r + ((double)(long)r < r)) : 0;
+	*rate = r;
+	*burst_out = r > 0 ? (int)(burst ? burst : (long)r + ((double)(long)r < r)) : 0;
 	return 0;
 }
 
@@ -205,7 +206,9 @@ static int option(broker_conf *c, const char *file, int line, char **w, int nw)
 		return 0;
 	}
 	if (!strcmp(o, "max_connection_rate"))
-		return conn_rate(c, file, line, v);
+		return rate_option(file, line, o, "connections", v, &c->conn_rate, &c->conn_burst);
+	if (!strcmp(o, "max_publish_rate"))
+		return rate_option(file, line, o, "PUBLISH packets", v, &c->pub_rate, &c->pub_burst);
 	if (!strcmp(o, "message_size_limit")) {
 		if (number(file, line, o, v, 0, 268435455, &n) < 0)
 			return -1;
@@ -304,6 +307,7 @@ static void usage(FILE *o)
 		"  -c, --config-file FILE  read options from FILE (mosquitto syntax): listener,\n"
 		"                          bind_address, port, max_connections, max_inflight_messages,\n"
 		"                          max_queued_messages, max_queued_bytes, max_connection_rate,\n"
+		"                          max_publish_rate,\n"
 		"                          message_size_limit, max_keepalive,\n"
 		"                          allow_anonymous, sys_interval, password_file,\n"
 		"                          allow_plain_passwords, acl_file, protocol websockets,\n"

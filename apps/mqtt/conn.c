@@ -403,9 +403,35 @@ static bool may_write(session *s, const uint8_t *topic, uint16_t tlen)
 	return !a || acl_check(a, (const char *)topic, tlen, ACL_WRITE);
 }
 
+/* max_publish_rate, a GCRA cell per connection: each PUBLISH moves pub_tat (when the client's
+ * debt is paid) on by one interval. */
+static void publish_debt(conn *c)
+{
+	int64_t now = weft_now(), t = (int64_t)(1e9 / conf.pub_rate);
+	c->pub_tat = (c->pub_tat > now ? c->pub_tat : now) + t;
+}
+
+/* A client over its rate is not read again until its debt is back within the burst: TCP's
+ * window then holds its publishing back, and nothing it sent is dropped. A flood so costs the
+ * broker what the limit allows, and every other client keeps its share of the workers.
+ * The wait is in slices of 10 ms, so that a kick (a take-over by the same client id, the
+ * broker's shutdown) ends the connection at once. Returns 0, or -1 when it is to end. */
+static int throttle(conn *c)
+{
+	int64_t until = c->pub_tat - (int64_t)conf.pub_burst * (int64_t)(1e9 / conf.pub_rate);
+	for (int64_t now = weft_now(); now < until; now = weft_now()) {
+		if (atomic_load(&c->kick_rc) ||
+		    weft_sleep_until(until - now > 10000000 ? now + 10000000 : until) < 0)
+			return -1;
+	}
+	return atomic_load(&c->kick_rc) ? -1 : 0;
+}
+
 static int on_publish(conn *c, mq_packet *pk)
 {
 	session *s = c->s;
+	if (conf.pub_rate > 0 && !c->bridge)
+		publish_debt(c);
 	const uint8_t *topic = pk->publish.topic.p;
 	uint16_t tlen = (uint16_t)pk->publish.topic.len;
 	int qos = pk->publish.qos;
@@ -822,6 +848,8 @@ static void serve(void *arg)
 		/* A read that filled the buffer means more is waiting: a client that always has
 		 * more (a flood) would keep this worker to itself, its other connections and its
 		 * timers waiting. Let them have a turn after each bufferful. */
+		if (conf.pub_rate > 0 && !c->bridge && throttle(c) < 0)
+			break;
 		if (full)
 			weft_yield();
 	}
