@@ -427,6 +427,17 @@ static int throttle(conn *c)
 	return atomic_load(&c->kick_rc) ? -1 : 0;
 }
 
+/* How much to read: a client publishing at its max_publish_rate (half its burst owed) gets
+ * small reads, so that a worker handles its flood in slices of a few dozen packets, and
+ * another connection's packet never waits behind a whole bufferful of it. */
+static size_t read_size(conn *c, size_t room)
+{
+	if (conf.pub_rate <= 0 || room <= 2048)
+		return room;
+	int64_t t = (int64_t)(1e9 / conf.pub_rate);
+	return c->pub_tat - weft_now() > (int64_t)conf.pub_burst * t / 2 ? 2048 : room;
+}
+
 static int on_publish(conn *c, mq_packet *pk)
 {
 	session *s = c->s;
@@ -810,9 +821,10 @@ static void serve(void *arg)
 			b.buf = pool_alloc(RBUF - 16);
 			b.cap = (uint32_t)pool_size(b.buf);
 		}
-		ssize_t n = c->tls ? tls_read(c->tls, b.buf + b.len, b.cap - b.len, b.len ? dl : 0)
-				   : weft_read(c->fd, b.buf + b.len, b.cap - b.len, b.len ? dl : 0);
-		bool full = n > 0 && (size_t)n == b.cap - b.len;
+		size_t want = read_size(c, b.cap - b.len);
+		ssize_t n = c->tls ? tls_read(c->tls, b.buf + b.len, want, b.len ? dl : 0)
+				   : weft_read(c->fd, b.buf + b.len, want, b.len ? dl : 0);
+		bool full = n > 0 && (size_t)n == want;
 		if (n == -ETIMEDOUT) {
 			if (b.len) { /* a packet half sent and then nothing */
 				rc = c->connected ? MQ_RC_KEEP_ALIVE_TIMEOUT : 0;

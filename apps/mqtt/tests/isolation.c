@@ -27,8 +27,9 @@
  * weft's per-worker counters).
  *
  * Two tests. With max_publish_rate 2000 (the limit meant for a flood: the flooder is held back
- * by TCP at 2,000 PUBLISHes a second, the good publishers send 250) it passes (ratios 0.6 to
- * 1.3) and is in `make test`. With the broker's defaults, where nothing limits the flood, it
+ * by TCP at 2,000 PUBLISHes a second, the good publishers send 250) it passes on a quiet
+ * machine (ratios 0.99 to 1.21 in 5 runs; with a whole CI run beside it, 0.5 to 6, the other
+ * load swamping sub-millisecond p99s) and is in `make test`. With the broker's defaults, where nothing limits the flood, it
  * fails more often than not, and only `make mqtt-isolation` runs it. The slow reader costs the others nothing
  * measurable (ISO_ONLY=slow: ratios 0.5 to 1.3). Beside the flood (3 to 6 million messages a
  * second into one connection) the good clients' p99 went from 0.1-0.8 ms to 0.6-6 ms on the
