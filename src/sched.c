@@ -855,9 +855,9 @@ static void worker_enter(struct worker *w)
 	worker_tls = w;
 	trace_thread_name("worker %d", w->id);
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); /* sleep until deadlines to the microsecond */
-	w->tid = gettid();
 	if (pthread_getcpuclockid(pthread_self(), &w->cpu_clock) != 0)
 		w->cpu_clock = -1;
+	atomic_store_explicit(&w->tid, gettid(), memory_order_release); /* the monitor reads both */
 	stack_t ss = { .ss_sp = w->altstack, .ss_size = 64 * 1024 };
 	sigaltstack(&ss, NULL);
 	pthread_attr_t a;
@@ -937,7 +937,8 @@ static void start_spare(void)
 static int64_t thread_cpu(struct worker *w)
 {
 	struct timespec ts;
-	if (w->cpu_clock == (clockid_t)-1 || clock_gettime(w->cpu_clock, &ts) != 0)
+	if (!atomic_load_explicit(&w->tid, memory_order_acquire) || w->cpu_clock == (clockid_t)-1 ||
+	    clock_gettime(w->cpu_clock, &ts) != 0)
 		return -1;
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
@@ -947,7 +948,7 @@ static int64_t thread_cpu(struct worker *w)
 static bool runnable(struct worker *w)
 {
 	char path[64], buf[256];
-	snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)w->tid);
+	snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)atomic_load(&w->tid));
 	FILE *f = fopen(path, "r");
 	size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
 	if (f)

@@ -50,8 +50,8 @@ struct worker {
 	uint32_t seen_tick;           /* the monitor's: tick when last looked at, and since when */
 	int64_t seen_since;
 	int64_t probe_at, probe_cpu;  /* the monitor's: the thread's CPU time when it looked stuck */
-	clockid_t cpu_clock;          /* the thread's CPU-time clock */
-	pid_t tid;
+	clockid_t cpu_clock;          /* the thread's CPU-time clock, valid once tid is set */
+	_Atomic pid_t tid;            /* 0 until the thread runs */
 	bool started;                 /* a spare worker runs only once the monitor starts it */
 	struct peek {                 /* a stealer's last look at each victim: see steal() */
 		uint32_t tick;
