@@ -100,7 +100,10 @@ _Noreturn void sched_exit(void);
 /* Called first thing by a new task, and after every switch: complete the switch. */
 void sched_finish_switch(void);
 uint64_t sched_new_id(struct worker *w);
-/* weft_now() as of the monitor's last look (about a millisecond old): cheap timestamps. */
+/* weft_now() as of the monitor's last look: cheap timestamps, about a millisecond old while any
+ * worker runs. While every worker sleeps the monitor does too, and the value is as old as the
+ * sleep until the monitor's first look after a worker wakes it; its users (channel heat, park
+ * times in the dump) only need it roughly. */
 extern _Atomic int64_t sched_coarse_now;
 
 /* A channel's lock was found taken by another worker (chan.c): tasks are contending for one
