@@ -335,6 +335,13 @@ void sched_ready_on(weft_task *t, int home)
 		wake_this(v);
 }
 
+/* Whether w has work queued besides the task it runs: only then is another worker woken for a
+ * task made runnable here (sched_ready, sched_ready_tail, sched_ready_batch). */
+static inline bool has_queued(struct worker *w)
+{
+	return runq_len(&w->q) || atomic_load_explicit(&w->next, memory_order_relaxed);
+}
+
 /* A new task goes to the back of the queue. As with sched_ready, another worker is woken only
  * when this one has more work than the task it runs: a task that spawns one other and then
  * waits (an accept loop) hands its worker over to it without a futex wake and a steal. If
@@ -349,7 +356,7 @@ void sched_ready_tail(weft_task *t)
 		wake_idle();
 		return;
 	}
-	bool more = runq_len(&w->q) || atomic_load_explicit(&w->next, memory_order_relaxed);
+	bool more = has_queued(w);
 	push_local(w, t);
 	if (more)
 		wake_idle();
@@ -358,7 +365,7 @@ void sched_ready_tail(weft_task *t)
 void sched_ready_batch(weft_task *const *v, int n)
 {
 	struct worker *w = worker_self();
-	bool more = n > 1 || runq_len(&w->q) || atomic_load_explicit(&w->next, memory_order_relaxed);
+	bool more = n > 1 || has_queued(w);
 	int i = 0;
 	for (int k = 0; k < n; k++)
 		task_set_state(v[k], TASK_RUNNABLE);

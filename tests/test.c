@@ -74,6 +74,20 @@ int test_spawn(const char *cmd, char *err, size_t cap)
 	return WEXITSTATUS(st) > 128 ? -(WEXITSTATUS(st) - 128) : WEXITSTATUS(st);
 }
 
+int test_stop(pid_t pid)
+{
+	kill(pid, SIGTERM);
+	int st = 0;
+	for (int i = 0; i < 500; i++) {
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+		usleep(10000);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &st, 0);
+	return -SIGKILL;
+}
+
 int main(int argc, char **argv)
 {
 	test_argv0 = argv[0];

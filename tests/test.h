@@ -70,6 +70,9 @@ void test_await(atomic_int *v, int want);
 /* Run `cmd` (via /bin/sh) and return its exit status (-signal when killed); stderr is
  * captured into err (NUL-terminated, cut to cap). */
 int test_spawn(const char *cmd, char *err, size_t cap);
+/* Stop child process pid with SIGTERM, SIGKILL if it has not exited after 5 s; returns its
+ * exit status (-signal when killed). */
+int test_stop(pid_t pid);
 /* A scratch directory for this test process, made on first use and removed when the test
  * passes (a failing test ends with _exit and keeps it to look at). */
 const char *test_tmpdir(void);

@@ -280,12 +280,12 @@ session *session_restore(const char *id, uint16_t n, uint8_t version, uint32_t e
 }
 
 static void inflight_append(session *s, dlv *d);
+static void queue_append(session *s, dlv *d);
 
 void session_restore_dlv(session *s, const dlv *proto)
 {
 	dlv *d = pool_alloc(sizeof *d);
 	*d = *proto;
-	d->next = NULL;
 	msg_ref(d->m);
 	uint16_t pid = d->pid;
 	WEFT_WITH_LOCK(&s->lock) {
@@ -294,14 +294,7 @@ void session_restore_dlv(session *s, const dlv *proto)
 			if (pid >= s->next_pid)
 				s->next_pid = (uint16_t)(pid + 1) ? (uint16_t)(pid + 1) : 1;
 		} else {
-			if (s->queue_tail)
-				s->queue_tail->next = d;
-			else
-				s->queue = d;
-			s->queue_tail = d;
-			s->nqueued++;
-			s->queued_bytes += d->m->payload_len;
-			stats_add(ST_QUEUED, 1);
+			queue_append(s, d);
 		}
 	}
 }
@@ -562,6 +555,41 @@ static void inflight_append(session *s, dlv *d)
 	s->ninflight++;
 }
 
+/* The queue beyond the inflight window, counted in messages and payload bytes (the two limits
+ * of max_queued_messages and max_queued_bytes). Lock held. */
+static void queue_append(session *s, dlv *d)
+{
+	d->next = NULL;
+	if (s->queue_tail)
+		s->queue_tail->next = d;
+	else
+		s->queue = d;
+	s->queue_tail = d;
+	s->nqueued++;
+	s->queued_bytes += d->m->payload_len;
+	stats_add(ST_QUEUED, 1);
+}
+
+static dlv *queue_pop(session *s)
+{
+	dlv *d = s->queue;
+	s->queue = d->next;
+	if (!s->queue)
+		s->queue_tail = NULL;
+	s->nqueued--;
+	s->queued_bytes -= d->m->payload_len;
+	stats_add(ST_QUEUED, -(uint64_t)1);
+	return d;
+}
+
+static dlv *dlv_new(msg *m, int qos, int retain, const uint32_t *subids, int nsub)
+{
+	dlv *d = pool_alloc(sizeof *d);
+	*d = (dlv){ NULL, msg_ref(m), 0, (uint8_t)qos, (uint8_t)retain, 0, (uint8_t)nsub, { 0 }, 0 };
+	memcpy(d->subid, subids, (size_t)nsub * sizeof *subids);
+	return d;
+}
+
 /* Send d now: it becomes inflight (or is dropped when too large). Lock held, connected. */
 /* A stored delivery dropped (expired, too large for the client): the store forgets it too.
  * The store deletes deliveries by packet id, so one that never had an id gets one first. */
@@ -602,13 +630,7 @@ static void fill_window(session *s)
 		return;
 	int64_t now = weft_now();
 	while (s->queue && s->ninflight < s->window) {
-		dlv *d = s->queue;
-		s->queue = d->next;
-		if (!s->queue)
-			s->queue_tail = NULL;
-		s->nqueued--;
-		s->queued_bytes -= d->m->payload_len;
-		stats_add(ST_QUEUED, -(uint64_t)1);
+		dlv *d = queue_pop(s);
 		if (msg_expired(d->m, now)) {
 			stats_add(ST_DROP_EXPIRED, 1);
 			forget(s, d);
@@ -661,9 +683,7 @@ void session_deliver(session *s, msg *m, int qos, int retain, const uint32_t *su
 		} else
 			dropped = encode_pub(s, m, 0, 0, 0, retain, subids, nsub, now) < 0;
 	} else if (s->conn && !s->queue && s->ninflight < s->window) {
-		dlv *d = pool_alloc(sizeof *d);
-		*d = (dlv){ NULL, msg_ref(m), 0, (uint8_t)qos, (uint8_t)retain, 0, (uint8_t)nsub, { 0 }, 0 };
-		memcpy(d->subid, subids, (size_t)nsub * sizeof *subids);
+		dlv *d = dlv_new(m, qos, retain, subids, nsub);
 		if (s->stored) { /* stored as sent already: one write instead of two */
 			d->pid = new_pid(s);
 			persist_enqueue(s, d, by);
@@ -677,19 +697,10 @@ void session_deliver(session *s, msg *m, int qos, int retain, const uint32_t *su
 		dropped = true;
 		stats_add(ST_DROP_QUEUE_BYTES, 1);
 	} else {
-		dlv *d = pool_alloc(sizeof *d);
-		*d = (dlv){ NULL, msg_ref(m), 0, (uint8_t)qos, (uint8_t)retain, 0, (uint8_t)nsub, { 0 }, 0 };
-		memcpy(d->subid, subids, (size_t)nsub * sizeof *subids);
+		dlv *d = dlv_new(m, qos, retain, subids, nsub);
 		if (s->stored)
 			persist_enqueue(s, d, by);
-		if (s->queue_tail)
-			s->queue_tail->next = d;
-		else
-			s->queue = d;
-		s->queue_tail = d;
-		s->nqueued++;
-		s->queued_bytes += m->payload_len;
-		stats_add(ST_QUEUED, 1);
+		queue_append(s, d);
 	}
 	flush = want_flush(s, by);
 	weft_mutex_unlock(&s->lock);

@@ -20,38 +20,12 @@
 # RUNS, DURATION, SCENARIOS and BROKERS (of the three names above) narrow a run down.
 # Output: JSON lines as bench/bench.h's bench_emit writes them; progress on stderr.
 set -u
-here=$(cd "$(dirname "$0")/.." && pwd) # the build directory
-load=$here/bin/weft-mqtt-load
-weft=$here/bin/weft-mqtt
-RUNS=${RUNS:-3}
+BENCH=mqtt-persist
+. "$(dirname "$0")/mqtt-lib.sh" # here, load, weft, RUNS, tmp, PORT, PID, emit, ...
 DURATION=${DURATION:-1.5}
-tmp=$(mktemp -d)
-declare -A PORT PID
 
-cleanup() {
-	local who
-	for who in "${!PID[@]}"; do stop_broker "$who"; done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-emit() { # name unit value params
-	printf '{"bench":"mqtt-persist","name":"%s","unit":"%s","value":%s,"params":"%s"}\n' "$1" "$2" "$3" "$4"
-}
-
-free_port() {
-	local p
-	for _ in $(seq 100); do
-		p=$((10000 + RANDOM % 20000))
-		ss -Htln "sport = :$p" 2>/dev/null | grep -q . || { echo $p; return; }
-	done
-	echo 18883
-}
-
-# Start broker $1 on a free port, with a fresh database directory: PORT[$1], PID[$1].
 start_broker() {
-	local port pid conf=$tmp/$1.conf
+	local port conf=$tmp/$1.conf
 	port=$(free_port)
 	mkdir -p "$tmp/$1.db"
 	# mosquitto started as root runs as the user mosquitto: let it write its database
@@ -70,37 +44,8 @@ start_broker() {
 	else
 		(ulimit -n "$(ulimit -Hn)"; exec "$weft" -c "$conf") 2>"$tmp/$1.log" &
 	fi
-	pid=$!
-	PID[$1]=$pid
-	PORT[$1]=$port
-	for _ in $(seq 100); do
-		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-			return 0
-		fi
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.05
-	done
-	echo "bench/mqtt-persist: $1 did not start on port $port:" >&2
-	sed 's/^/    /' "$tmp/$1.log" >&2
-	stop_broker "$1"
-	return 1
+	await_broker "$1" $! "$port"
 }
-
-stop_broker() {
-	local pid=${PID[$1]:-}
-	unset "PID[$1]"
-	[ -n "$pid" ] || return 0
-	kill -TERM "$pid" 2>/dev/null
-	for _ in $(seq 100); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.05
-	done
-	kill -KILL "$pid" 2>/dev/null
-	wait "$pid" 2>/dev/null
-}
-
-field() { tr ' ' '\n' | sed -n "s/^$1=//p"; }
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "null" }'; }
 
 declare -A ARGS=(
 	[pairs-q1]="-t pairs -P 50 -q 1 -w 20"

@@ -28,39 +28,13 @@
 # weft-mqtt runs as `weft-mqtt -p PORT` (its defaults). Where build/bin/weft-mqtt (beside this
 # script's build directory) is missing, only mosquitto is measured, and stderr says so.
 set -u
-here=$(cd "$(dirname "$0")/.." && pwd) # the build directory
-load=$here/bin/weft-mqtt-load
-weft=$here/bin/weft-mqtt
-RUNS=${RUNS:-3}
-tmp=$(mktemp -d)
-declare -A PORT PID
-
-cleanup() {
-	local who
-	for who in "${!PID[@]}"; do stop_broker "$who"; done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-emit() { # name unit value params
-	printf '{"bench":"mqtt","name":"%s","unit":"%s","value":%s,"params":"%s"}\n' "$1" "$2" "$3" "$4"
-}
-
-# A port below the ephemeral range, where the clients' TIME_WAIT sockets cannot be in the way.
-free_port() {
-	local p
-	for _ in $(seq 100); do
-		p=$((10000 + RANDOM % 20000))
-		ss -Htln "sport = :$p" 2>/dev/null | grep -q . || { echo $p; return; }
-	done
-	echo 18883
-}
+BENCH=mqtt
+. "$(dirname "$0")/mqtt-lib.sh" # here, load, weft, RUNS, tmp, PORT, PID, emit, ...
 
 # Start broker $1 (mosquitto, weft-mqtt, or weft-mqtt-1w: WEFT_WORKERS=1) on a free port:
 # PORT[$1], PID[$1].
 start_broker() {
-	local port pid
+	local port
 	port=$(free_port)
 	if [ "$1" = mosquitto ]; then
 		cat > "$tmp/mosquitto.conf" <<-EOF
@@ -77,39 +51,8 @@ start_broker() {
 	else
 		(ulimit -n "$(ulimit -Hn)"; exec "$weft" -p "$port") 2>"$tmp/$1.log" &
 	fi
-	pid=$!
-	PID[$1]=$pid
-	PORT[$1]=$port
-	for _ in $(seq 100); do
-		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-			return 0
-		fi
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.05
-	done
-	echo "bench/mqtt: $1 did not start on port $port:" >&2
-	sed 's/^/    /' "$tmp/$1.log" >&2
-	stop_broker "$1"
-	return 1
+	await_broker "$1" $! "$port"
 }
-
-stop_broker() {
-	local pid=${PID[$1]:-}
-	unset "PID[$1]"
-	[ -n "$pid" ] || return 0
-	kill -TERM "$pid" 2>/dev/null
-	for _ in $(seq 50); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.05
-	done
-	kill -KILL "$pid" 2>/dev/null
-	wait "$pid" 2>/dev/null
-}
-
-# field KEY < line: the value of KEY=value in the load generator's output line
-field() { tr ' ' '\n' | sed -n "s/^$1=//p"; }
-
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "null" }'; }
 
 # One run of a traffic scenario, appended to $tmp/<broker>.<scenario>.runs.
 traffic() { # broker scenario args...

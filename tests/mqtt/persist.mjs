@@ -80,14 +80,20 @@ for (const how of ['restart', 'kill9']) {
 	}
 }
 
+// A raw 3.1.1 client with a persistent session, subscribed to filter at qos.
+async function rawSubscriber(id, filter, qos) {
+	const c = await raw();
+	await c.send(connectPacket({ version: 4, clientId: id, clean: false }));
+	await c.send(subscribePacket(1, filter, qos));
+	await until(() => c.packets.length >= 2, 3000, 'CONNACK and SUBACK');
+	return c;
+}
+
 test('persist_inflight_dup_v311', async () => {
 	if (BROKER !== 'weft') return;
 	const conf = store();
 	await startBroker(conf);
-	let c = await raw();
-	await c.send(connectPacket({ version: 4, clientId: 'slow', clean: false }));
-	await c.send(subscribePacket(1, 'inf/#', 1));
-	await until(() => c.packets.length >= 2, 3000, 'CONNACK and SUBACK');
+	let c = await rawSubscriber('slow', 'inf/#', 1);
 	const pub = await client(4);
 	await pub.publishAsync('inf/x', 'not acked', { qos: 1 });
 	await until(() => c.of(PUBLISH).length >= 1, 3000, 'the PUBLISH');
@@ -568,10 +574,7 @@ test('persist_qos2_exactly_once_across_crash', async () => {
 	if (BROKER !== 'weft') return;
 	const conf = store();
 	await startBroker(conf);
-	let sub = await raw();
-	await sub.send(connectPacket({ version: 4, clientId: 'x2sub', clean: false }));
-	await sub.send(subscribePacket(1, 'x2/#', 2));
-	await until(() => sub.packets.length >= 2, 3000, 'CONNACK and SUBACK');
+	let sub = await rawSubscriber('x2sub', 'x2/#', 2);
 	let pub = await raw();
 	await pub.send(connectPacket({ version: 4, clientId: 'x2pub', clean: false }));
 	await pub.send(publishPacket('x2/t', 'once', { qos: 2, id: 5 }));

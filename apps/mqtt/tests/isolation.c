@@ -162,18 +162,10 @@ static void start_broker(const char *conf)
 
 static int stop_broker(void)
 {
-	kill(broker_pid, SIGTERM);
-	int st = 0;
-	for (int i = 0; i < 500; i++) {
-		if (waitpid(broker_pid, &st, WNOHANG) == broker_pid) {
-			if (!getenv("ISO_KEEPLOG")) unlink(errlog);
-			return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
-		}
-		usleep(10000);
-	}
-	kill(broker_pid, SIGKILL);
-	waitpid(broker_pid, &st, 0);
-	return -SIGKILL;
+	int rc = test_stop(broker_pid);
+	if (!getenv("ISO_KEEPLOG"))
+		unlink(errlog);
+	return rc;
 }
 
 static long broker_rss_kib(void)
