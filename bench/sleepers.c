@@ -21,6 +21,19 @@ static void sleepy(void *arg)
 		usleep(1000); /* plain libc name: the shim makes it a task sleep */
 }
 
+/* The runs, in one weft_run as Go's baseline runs in one process: the first maps and faults
+ * in 10^5 stacks, the later ones reuse them. */
+static int repeats(void *arg)
+{
+	double *v = arg;
+	for (int r = 0; r < REPEAT; r++) {
+		int64_t t0 = bench_now();
+		weft_execute(N, sleepy, NULL);
+		v[r] = (double)(bench_now() - t0) / 1e6;
+	}
+	return 0;
+}
+
 /* Go's time for the same program, or 0 when Go is not installed. */
 static double go_ms(const char *argv0)
 {
@@ -57,13 +70,11 @@ int main(int argc, char **argv)
 	}
 	bench_progress("sleepers: 10^5 tasks x 10 x usleep(1000) through the shim");
 	double v[REPEAT];
-	for (int r = 0; r < REPEAT; r++) {
-		int64_t t0 = bench_now();
-		weft_execute(N, sleepy, NULL);
-		v[r] = (double)(bench_now() - t0) / 1e6;
-	}
-	double m = bench_quantile(v, REPEAT, 0.5);
+	weft_run(repeats, v);
+	double cold = v[0], m = bench_quantile(v, REPEAT, 0.5);
 	bench_emit("sleepers", "10^5 tasks x 10 x usleep(1ms)", "ms", m, "ideal 10, target<=20");
+	bench_emit("sleepers", "the same, first run", "ms", cold,
+		   "10^5 stacks mapped and faulted in");
 	bench_emit("sleepers", "wall / ideal", "x", m / 10.0, "target<=2");
 	double go = go_ms(argv[0]);
 	if (go > 0) {
