@@ -338,8 +338,8 @@ struct weft_waitq {
 /* ---- mutex ------------------------------------------------------------------------------ */
 
 /*
- * A task-aware mutual-exclusion lock, built for contention (see src/mutex.c): lock and unlock
- * are one atomic instruction each when uncontended; a contended lock spins briefly while the
+ * A task-aware mutual-exclusion lock, built for contention (see src/mutex.c): an uncontended
+ * lock/unlock pair costs one atomic instruction; a contended lock spins briefly while the
  * holder runs on another core, then parks. Unlocking does not hand the lock to a waiter (the
  * running task may take it again at once, for throughput), except that a waiter that has waited
  * about 1 ms at the head of the queue gets it handed over directly, so no waiter starves.
@@ -347,14 +347,16 @@ struct weft_waitq {
  * not locked aborts.
  */
 typedef struct weft_mutex {
-	unsigned int _state;    /* lock bit and queue flags (src/mutex.c) */
+	unsigned char _locked;  /* 1 while held (src/mutex.c) */
+	unsigned char _flags;   /* what an unlock must look at: waiters, woken, starving */
+	unsigned char _qlock;   /* guards the queue */
 	unsigned int _ticks;    /* unlocks since the holder last looked at the clock */
 	void *_owner;           /* worker of the last taker: spin only if it is another core */
 	int64_t _turn;          /* when the head waiter reached the head of the queue */
 	void *_head, *_tail;    /* parked waiters */
 } weft_mutex;
 
-#define WEFT_MUTEX_INIT { 0, 0, 0, 0, 0, 0 }
+#define WEFT_MUTEX_INIT { 0, 0, 0, 0, 0, 0, 0, 0 }
 
 /* Initialise m at run time: the same as assigning WEFT_MUTEX_INIT. */
 void weft_mutex_init(weft_mutex *m);

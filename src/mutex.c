@@ -4,28 +4,27 @@
  * The seed's experiment (N tasks each taking one global lock 10^6 times around an increment)
  * is won or lost on two things: what a contended lock costs, and where the contenders run.
  *
- * The lock word. One 32-bit word holds the lock bit and the flags that say whether an unlock
- * has anything to do:
+ * The state. Three bytes side by side, in one cache line with the queue:
  *
- *   LOCKED    held.
- *   WAITERS   the queue of parked waiters is not empty.
- *   WOKEN     the head of the queue has been woken to retry, and retries on its own.
- *   STARVING  the head has waited a full turn (TURN_NS): the next unlock hands the lock to it.
- *   QLOCK     the queue (m->_head.._tail and the waiters' nodes) is being changed.
+ *   _locked   1 while held.
+ *   _flags    what an unlock has to look at: WAITERS (the queue of parked waiters is not
+ *             empty), WOKEN (its head has been woken to retry, and retries on its own),
+ *             STARVING (the head has waited a full turn, TURN_NS: the next unlock hands the
+ *             lock to it). Written only under _qlock, from the queue as it is (publish).
+ *   _qlock    a spinlock held for a few instructions around changes to the queue
+ *             (m->_head.._tail and the waiters' nodes).
  *
- * lock is `lock bts` (fetch_or of LOCKED) and unlock is `lock xadd` (fetch_sub of LOCKED): one
- * atomic instruction each, whatever the flags, no system call. Only when the word shows waiters
- * does unlock do more, and then only if nobody has been woken yet.
+ * lock is `xchg` of _locked; unlock is a plain store of 0 to _locked and a plain load of
+ * _flags (see "Release without a read-modify-write" below): one atomic instruction per
+ * lock/unlock pair, no system call. Only when the flags show waiters does unlock do more, and
+ * then only if nobody has been woken yet.
  *
  * Waiting. A contender that finds the lock held spins a little (reading, not writing) if the
  * holder is on another core and nobody is queued; when it sees the lock free it tries once,
  * and parks if it loses (the holder took it back at once: it is not letting go). It parks
- * (wait.h) in a FIFO of nodes that live on the waiters' own stacks. The queue is guarded by
- * the QLOCK bit of the same word, so that "the lock is still held" and "there is a waiter"
- * become true in one compare-and-swap: an unlock either sees the waiter or the waiter sees the
- * lock free, never neither. Having published WAITERS while the lock was held, a new waiter
- * parks even if the lock comes free a moment later: whoever released it has seen WAITERS and
- * wakes the head. It does not grab it: a contender that gives up should stay given up.
+ * (wait.h) in a FIFO of nodes that live on the waiters' own stacks. Having published WAITERS,
+ * a new waiter makes sure an unlock will see it (recheck, below) and parks; it does not grab
+ * a lock that came free meanwhile: a contender that gives up should stay given up.
  *
  * Waking, and where the woken run. An unlock that finds waiters and no WOKEN head wakes the
  * head with wait_finish, which puts it in the unlocking task's worker's `next` slot: it will
@@ -35,10 +34,10 @@
  * (a lock convoy). So while one task holds the lock and runs, its contenders collect, parked
  * or runnable, on its worker, the lock's cache line stays in one core's cache, and the
  * other cores go idle or do other work. This is how contention can cost little more than the
- * uncontended lock: in the steady state nobody else touches the lock word at all.
+ * uncontended lock: in the steady state nobody else touches the lock's cache line at all.
  *
  * The woken head. While WOKEN is set no unlock wakes anybody: at most one waiter at a time is
- * out of the queue's sleep, and the holder's unlocks stay at one instruction. The woken head
+ * out of the queue's sleep, and the holder's unlocks stay plain stores and loads. The woken head
  * runs when the holder's core lets it, or at once on an idle core that steals it from the
  * `next` slot (sched.c's idle workers do). There it must not fight the holder: a holder that
  * takes the lock again and again leaves it free for a few ns between two increments, and a
@@ -48,7 +47,7 @@
  * has gone quiet) or if the last taker is on its own worker (not running now). Otherwise,
  * and whenever it finds the lock held, it parks again with a timer (BACKOFF_MIN..MAX,
  * doubling) rather than asking to be woken at the next unlock, which would repeat the round
- * trip at every unlock. It touches the lock word a few times per turn, at no measurable cost
+ * trip at every unlock. It touches the lock a few times per turn, at no measurable cost
  * to the holder, and waits for its turn. (Its timer lives on the worker it parked on, so a
  * worker that never switches, such as one whose task only ever yields, delays its retry.)
  *
@@ -57,7 +56,7 @@
  * looks at the clock every CHECK_EVERY unlocks while there are waiters (a task that never
  * blocks on one worker gives nobody else a chance to look), and a woken head that has waited
  * a turn sets STARVING, which the next unlock sees. Then unlock does not release the lock
- * but hands it to the head (grant_head): LOCKED stays set, so nobody can barge in between,
+ * but hands it to the head (grant_head): _locked stays 1, so nobody can barge in between,
  * and the granted waiter resumes owning it. The turn clock restarts for the next head, so
  * with k waiters each waits about k turns at most, and the lock rotates among contenders in
  * ~1 ms slices at a cost of one switch per slice.
@@ -70,28 +69,45 @@
  * queue lock while linked, and a waker reads what it needs from a node before releasing it:
  * no node is touched after its owner may have returned.
  *
+ * Release without a read-modify-write. An unlock that stores 0 to _locked and then loads
+ * _flags is a store followed by a load, which the processor may reorder (x86's store buffer):
+ * the load can read flags from before a waiter published WAITERS, while the waiter still sees
+ * the lock held, and then nobody wakes that waiter. It is Dekker's problem, and the usual cure
+ * is a full fence in every unlock (a locked instruction, ~2 ns of the ~4.5 a pair cost here).
+ * weft puts the whole fence on the waiter's side instead, as liburcu does: the unlock has only
+ * a compiler barrier, and a waiter about to park on the promise that an unlock will wake it
+ * first runs membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), which makes every running thread of
+ * the program pass a full barrier (recheck). After it, either every later-completing unlock
+ * sees the waiter's flags, or the waiter sees the lock free, and then does what that unlock
+ * would have done. The barrier costs some microseconds (an interrupt to each core running the
+ * program), paid only by a waiter that parks without a timer, never by the holder. Where
+ * membarrier is missing (an old kernel, a seccomp filter), or with WEFT_MUTEX_FAST_RELEASE=0,
+ * both sides use a seq_cst fence instead.
+ *
  * Plain threads run the same code: wait_begin gives them the thread's wait record, wait_park
  * sleeps on a futex, and a task woken by a thread goes through the global queue.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <linux/membarrier.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "sched.h"
 #include "syncq.h"
 #include "wait.h"
 #include "weft.h"
 
-enum {
-	M_LOCKED = 1u,
-	M_WOKEN = 2u,
-	M_STARVING = 4u,
-	M_WAITERS = 8u,
-	M_QLOCK = 16u,
+enum { /* _flags */
+	M_WOKEN = 1u,
+	M_STARVING = 2u,
+	M_WAITERS = 4u,
 };
 
 #define TURN_NS 1000000         /* the head waiter gets the lock after this at most */
 #define CHECK_EVERY 256         /* unlocks (with waiters) between two looks at the clock */
-#define SPIN_MAX 64             /* polls of the lock word before parking */
+#define SPIN_MAX 64             /* polls of the lock before parking */
 #define BACKOFF_MIN_NS 2000     /* first retry of a woken head that lost */
 #define BACKOFF_MAX_NS 50000    /* longest: also the worst delay a lost head adds */
 #define HAMMER_NS 250           /* a holder unlocking more often than this is not letting go */
@@ -106,21 +122,69 @@ struct mutex_waiter {
 	int64_t seen_at; /* and when */
 };
 
-/* ---- the word ----------------------------------------------------------------------------- */
+/* ---- the release's fence ------------------------------------------------------------------ */
 
-static inline unsigned load_state(weft_mutex *m)
+/* Set once, before main. REORDERED is for tests (tests/mutex.c, no_lost_wakeups): the fast
+ * release with a model of a store buffer that makes the reordering it must survive likely. */
+static enum { FENCED_RELEASE, FAST_RELEASE, REORDERED_RELEASE } release;
+
+__attribute__((constructor)) static void release_init(void)
 {
-	return __atomic_load_n(&m->_state, __ATOMIC_RELAXED);
+	const char *e = getenv("WEFT_MUTEX_FAST_RELEASE");
+	if (e && strcmp(e, "0") == 0)
+		return;
+	long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+	if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) ||
+	    syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) != 0)
+		return;
+	release = e && strcmp(e, "reordered") == 0 ? REORDERED_RELEASE : FAST_RELEASE;
 }
 
-static inline bool cas_state(weft_mutex *m, unsigned *expect, unsigned want, int order)
+/* REORDERED_RELEASE's store buffer: an unlock's store to _locked waits in it, after the load
+ * of _flags that follows it, for up to ~20 us, or until a heavy barrier drains it, as
+ * membarrier's interrupt drains a real one. */
+static struct {
+	atomic_int buffered; /* unlocks whose store is not visible yet */
+	atomic_int barriers; /* heavy barriers waiting for them */
+} model;
+
+static void model_drain(void)
 {
-	return __atomic_compare_exchange_n(&m->_state, expect, want, true, order, __ATOMIC_RELAXED);
+	atomic_fetch_add(&model.barriers, 1);
+	while (atomic_load(&model.buffered))
+		cpu_relax();
+	atomic_fetch_sub(&model.barriers, 1);
+}
+
+/* The waiter's half of the fence, between its publication of _flags and its look at _locked
+ * (the unlock's half is in weft_mutex_unlock). Not inlined: GCC's -Wtsan objects to an
+ * inlined fence. */
+static __attribute__((noinline)) void heavy_barrier(void)
+{
+	if (release == FENCED_RELEASE) {
+		atomic_thread_fence(memory_order_seq_cst);
+		return;
+	}
+	if (release == REORDERED_RELEASE)
+		model_drain();
+	syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+}
+
+/* ---- the state ---------------------------------------------------------------------------- */
+
+static inline bool locked(weft_mutex *m)
+{
+	return __atomic_load_n(&m->_locked, __ATOMIC_RELAXED);
+}
+
+static inline unsigned flags(weft_mutex *m)
+{
+	return __atomic_load_n(&m->_flags, __ATOMIC_RELAXED);
 }
 
 static inline bool take(weft_mutex *m)
 {
-	return !(__atomic_fetch_or(&m->_state, M_LOCKED, __ATOMIC_ACQUIRE) & M_LOCKED);
+	return !__atomic_exchange_n(&m->_locked, 1, __ATOMIC_ACQUIRE);
 }
 
 /* Who holds it, for the spinning decision only: the taker's worker (NULL: a plain thread). */
@@ -141,22 +205,16 @@ static void set_turn(weft_mutex *m)
 	__atomic_store_n(&m->_turn, weft_now(), __ATOMIC_RELAXED);
 }
 
-/* ---- the queue (under QLOCK) -------------------------------------------------------------- */
+/* ---- the queue (under _qlock) ------------------------------------------------------------- */
 
-static unsigned qlock(weft_mutex *m)
+static void qlock(weft_mutex *m)
 {
-	unsigned s = load_state(m);
-	for (;;) {
-		if (s & M_QLOCK) {
+	while (__atomic_exchange_n(&m->_qlock, 1, __ATOMIC_ACQUIRE))
+		while (__atomic_load_n(&m->_qlock, __ATOMIC_RELAXED))
 			cpu_relax();
-			s = load_state(m);
-		} else if (cas_state(m, &s, s | M_QLOCK, __ATOMIC_ACQUIRE)) {
-			return s | M_QLOCK;
-		}
-	}
 }
 
-/* The flags the word must show for the queue as it is. */
+/* The flags for the queue as it is. */
 static unsigned qflags(weft_mutex *m)
 {
 	struct mutex_waiter *h = m->_head;
@@ -165,12 +223,11 @@ static unsigned qflags(weft_mutex *m)
 	return M_WAITERS | (h->woken ? M_WOKEN : 0) | (h->starving ? M_STARVING : 0);
 }
 
-/* Publish the queue's flags and release QLOCK. Only LOCKED changes under our feet. */
+/* Publish the queue's flags and release _qlock. */
 static void qunlock(weft_mutex *m)
 {
-	unsigned f = qflags(m), s = load_state(m);
-	while (!cas_state(m, &s, (s & M_LOCKED) | f, __ATOMIC_RELEASE))
-		;
+	__atomic_store_n(&m->_flags, (unsigned char)qflags(m), __ATOMIC_RELAXED);
+	__atomic_store_n(&m->_qlock, 0, __ATOMIC_RELEASE);
 }
 
 static void link_tail(weft_mutex *m, struct mutex_waiter *n)
@@ -202,7 +259,7 @@ static void unlink_node(weft_mutex *m, struct mutex_waiter *n)
 		m->_tail = n->prev;
 }
 
-/* ---- waking (QLOCK held; both release it) -------------------------------------------------- */
+/* ---- waking (_qlock held; both release it) ------------------------------------------------ */
 
 /* Wake the head to retry (it does not get the lock). */
 static void wake_head(weft_mutex *m)
@@ -234,18 +291,48 @@ static void grant_head(weft_mutex *m)
 		wait_finish(w, 0);
 }
 
+/* With the lock just released and f the flags seen after: wake the head, or hand it the lock
+ * if it is starving. Nothing to do if nobody waits, the head is already woken, or a barger
+ * holds the lock (its own unlock will see the flags: see recheck). */
+static __attribute__((noinline)) void unlock_slow(weft_mutex *m, unsigned f)
+{
+	if (!(f & M_WAITERS) || (f & (M_WOKEN | M_STARVING)) == M_WOKEN)
+		return;
+	qlock(m);
+	struct mutex_waiter *h = m->_head;
+	if (!h || locked(m) || (h->woken && !h->starving)) {
+		qunlock(m);
+	} else if (!h->starving) {
+		wake_head(m);
+	} else if (take(m)) { /* take it back, for the head */
+		grant_head(m);
+	} else {
+		qunlock(m);
+	}
+}
+
+/* A waiter has published flags that ask an unlock to act and is about to park on that
+ * promise. After the heavy half of the fence, any unlock whose store we cannot see yet will
+ * see the flags; if we see the lock free, the unlock that freed it may have missed them, so
+ * we do what it would have done (which may wake ourselves). */
+static void recheck(weft_mutex *m)
+{
+	heavy_barrier();
+	if (!locked(m))
+		unlock_slow(m, flags(m));
+}
+
 /* ---- lock --------------------------------------------------------------------------------- */
 
-/* Poll the word while the holder is likely to let go soon: it runs on another core (or is a
+/* Poll the lock while the holder is likely to let go soon: it runs on another core (or is a
  * plain thread) and nobody is queued already. */
 static bool spin(weft_mutex *m)
 {
 	void *me = worker_self();
 	for (int i = 0; i < SPIN_MAX; i++) {
-		unsigned s = load_state(m);
-		if (!(s & M_LOCKED))
+		if (!locked(m))
 			return take(m); /* lost: the holder took it back at once, it is not letting go */
-		if (s & (M_WAITERS | M_STARVING))
+		if (flags(m) & (M_WAITERS | M_STARVING))
 			return false;
 		if (me && __atomic_load_n(&m->_owner, __ATOMIC_RELAXED) == me)
 			return false; /* the holder is on our worker: it cannot run while we spin */
@@ -254,21 +341,16 @@ static bool spin(weft_mutex *m)
 	return false;
 }
 
-/* Join the queue, or take the lock if it is free. True: taken. False: queued, QLOCK held. */
+/* Join the queue, or take the lock if it is free. True: taken. False: queued, _qlock held. */
 static bool enqueue(weft_mutex *m, struct mutex_waiter *n)
 {
-	unsigned s = load_state(m);
 	for (;;) {
-		if (!(s & M_LOCKED)) {
-			if (take(m))
-				return true;
-			s = load_state(m);
-		} else if (s & M_QLOCK) {
-			cpu_relax();
-			s = load_state(m);
-		} else if (cas_state(m, &s, s | M_QLOCK | M_WAITERS, __ATOMIC_ACQUIRE)) {
-			break; /* still LOCKED: its unlock will see WAITERS */
-		}
+		if (!locked(m) && take(m))
+			return true;
+		qlock(m);
+		if (locked(m))
+			break;
+		qunlock(m); /* came free meanwhile: try again */
 	}
 	link_tail(m, n);
 	return false;
@@ -289,55 +371,33 @@ static bool may_take(weft_mutex *m, struct mutex_waiter *n)
 	return unlocks == 0 || (int64_t)unlocks * HAMMER_NS < weft_now() - n->seen_at;
 }
 
-/* About to park (QLOCK held, n queued): publish the queue's flags and release QLOCK. A waiter
- * that has not been woken may park even if the lock came free: WAITERS was published while
- * the lock was held, so whoever released it must wake the head. The woken head is on its own
- * (unlocks do not wake it again), so it takes the lock if it may, and otherwise parks only
- * while the lock is held, so that a release after this sees the flags (a polite one parks
- * with a timer and looks again). True: taken. */
+/* About to park (_qlock held, n queued). A woken head takes the lock if it may and can;
+ * otherwise publish the queue's flags and release _qlock. True: taken. */
 static bool park_or_take(weft_mutex *m, struct mutex_waiter *n)
 {
-	unsigned f = qflags(m), s = load_state(m);
-	/* A starving head parks without a timer: it must not be polite about a free lock. */
+	/* A starving head is not polite about a free lock. */
 	bool polite = n->woken && !n->starving && !may_take(m, n);
-	for (;;) {
-		if ((s & M_LOCKED) || !n->woken || polite) {
-			n->seen = ticks(m); /* what its next retry compares with */
-			n->seen_at = weft_now();
-			if (cas_state(m, &s, (s & M_LOCKED) | f, __ATOMIC_RELEASE))
-				return false;
-		} else if (cas_state(m, &s, s | M_LOCKED, __ATOMIC_ACQUIRE)) {
-			unlink_node(m, n);
-			qunlock(m);
-			return true;
-		}
+	if (n->woken && !polite && !locked(m) && take(m)) {
+		unlink_node(m, n);
+		qunlock(m);
+		return true;
 	}
+	n->seen = ticks(m); /* what its next retry compares with */
+	n->seen_at = weft_now();
+	qunlock(m);
+	return false;
 }
 
-/* Give up waiting (deadline or cancel; QLOCK held, n queued; releases QLOCK). */
+/* Give up waiting (deadline or cancel; _qlock held, n queued; releases _qlock). If n was the
+ * woken head, unlocks woke nobody: the new head must not be left relying on one that has
+ * already passed. */
 static void leave(weft_mutex *m, struct mutex_waiter *n)
 {
 	bool was_woken = n->woken;
 	unlink_node(m, n);
-	struct mutex_waiter *h = m->_head;
-	if (!was_woken || !h) {
-		qunlock(m);
-		return;
-	}
-	/* n was the woken head, so unlocks woke nobody. If the lock is free now, nobody may come
-	 * to wake the new head: wake it in n's place. */
-	struct wait *w = NULL;
-	unsigned s = load_state(m);
-	for (;;) {
-		if (!(s & M_LOCKED) && !h->woken) {
-			h->woken = true;
-			w = wait_claim(h->w) ? h->w : NULL;
-		}
-		if (cas_state(m, &s, (s & M_LOCKED) | qflags(m), __ATOMIC_RELEASE))
-			break;
-	}
-	if (w)
-		wait_finish(w, 0);
+	qunlock(m);
+	if (was_woken)
+		recheck(m);
 }
 
 static bool gave_up(int r, int64_t deadline)
@@ -364,10 +424,11 @@ static int lock_wait(weft_mutex *m, int64_t deadline, bool cancellable)
 		own(m);
 		return 0;
 	}
-	for (;;) { /* QLOCK held, n queued */
+	for (;;) { /* _qlock held, n queued */
 		n.w = cancellable ? wait_begin("mutex", m) : wait_begin_nocancel("mutex", m);
 		int64_t d = deadline;
-		if (n.woken && !n.starving) {
+		bool retries = n.woken && !n.starving; /* on a timer: no unlock has to wake it */
+		if (retries) {
 			d = min64(d, weft_now() + backoff);
 			backoff = min64(2 * backoff, BACKOFF_MAX_NS);
 		}
@@ -376,6 +437,8 @@ static int lock_wait(weft_mutex *m, int64_t deadline, bool cancellable)
 			own(m);
 			return 0;
 		}
+		if (!retries)
+			recheck(m);
 		int r = wait_park(n.w, d);
 		qlock(m);
 		if (n.granted) {
@@ -388,7 +451,7 @@ static int lock_wait(weft_mutex *m, int64_t deadline, bool cancellable)
 			return r;
 		}
 		if (n.woken && weft_now() - __atomic_load_n(&m->_turn, __ATOMIC_RELAXED) >= TURN_NS)
-			n.starving = true; /* published by park_or_take while the lock is held */
+			n.starving = true; /* published by park_or_take */
 	}
 }
 
@@ -422,7 +485,7 @@ void weft_mutex_lock(weft_mutex *m)
 int weft_mutex_trylock(weft_mutex *m)
 {
 	/* Read first: a failed try must not take the line away from the holder. */
-	if ((load_state(m) & M_LOCKED) || !take(m))
+	if (locked(m) || !take(m))
 		return -EAGAIN;
 	own(m);
 	return 0;
@@ -439,37 +502,11 @@ int weft_mutex_lock_until(weft_mutex *m, int64_t deadline)
 
 /* ---- unlock ------------------------------------------------------------------------------- */
 
-/* After the release, with s the word after it: wake the head, or hand it the lock if it is
- * starving and the lock is still free. Nothing to do if nobody waits, a barger holds the lock
- * (its unlock will do this), or the head is already woken. */
-static __attribute__((noinline)) void unlock_slow(weft_mutex *m, unsigned s)
-{
-	for (;;) {
-		if (!(s & M_WAITERS) || (s & M_LOCKED))
-			return;
-		if ((s & (M_WOKEN | M_STARVING)) == M_WOKEN)
-			return;
-		if (s & M_QLOCK) {
-			cpu_relax();
-			s = load_state(m);
-			continue;
-		}
-		unsigned grab = s & M_STARVING ? M_LOCKED : 0; /* take it back, for the head */
-		if (cas_state(m, &s, s | M_QLOCK | grab, __ATOMIC_ACQUIRE)) {
-			if (grab)
-				grant_head(m);
-			else
-				wake_head(m);
-			return;
-		}
-	}
-}
-
 /* The holder, with waiters queued: has the head waited its turn? Looks at the clock only
  * every CHECK_EVERY unlocks (_ticks is the holder's: the lock guards it). */
-static bool turn_over(weft_mutex *m, unsigned s)
+static bool turn_over(weft_mutex *m, unsigned f)
 {
-	if (s & M_STARVING)
+	if (f & M_STARVING)
 		return true;
 	unsigned t = ticks(m) + 1;
 	__atomic_store_n(&m->_ticks, t, __ATOMIC_RELAXED);
@@ -490,25 +527,46 @@ static __attribute__((noinline)) bool handoff(weft_mutex *m)
 	return true;
 }
 
+/* The release as the processor may run it (REORDERED_RELEASE): the load of _flags done, the
+ * store to _locked not yet visible. */
+static __attribute__((noinline)) unsigned reordered_release(weft_mutex *m)
+{
+	atomic_fetch_add(&model.buffered, 1);
+	unsigned f = __atomic_load_n(&m->_flags, __ATOMIC_SEQ_CST);
+	for (int i = 0; i < 1000 && !atomic_load(&model.barriers); i++)
+		cpu_relax();
+	__atomic_store_n(&m->_locked, 0, __ATOMIC_SEQ_CST);
+	atomic_fetch_sub(&model.buffered, 1);
+	return f;
+}
+
 void weft_mutex_unlock(weft_mutex *m)
 {
-	unsigned s = load_state(m);
-	if (__builtin_expect(!(s & M_LOCKED), 0))
+	if (__builtin_expect(!locked(m), 0))
 		sync_misuse("weft_mutex_unlock: mutex is not locked", m);
-	if (__builtin_expect(s & M_WAITERS, 0) && turn_over(m, s) && handoff(m))
+	unsigned f = flags(m);
+	if (__builtin_expect(f & M_WAITERS, 0) && turn_over(m, f) && handoff(m))
 		return;
-	unsigned old = __atomic_fetch_sub(&m->_state, M_LOCKED, __ATOMIC_RELEASE);
-	if (__builtin_expect(old != M_LOCKED, 0))
-		unlock_slow(m, old - M_LOCKED);
+	if (__builtin_expect(release == REORDERED_RELEASE, 0)) {
+		f = reordered_release(m);
+	} else {
+		__atomic_store_n(&m->_locked, 0, __ATOMIC_RELEASE);
+		if (__builtin_expect(release == FAST_RELEASE, 1))
+			__atomic_signal_fence(__ATOMIC_SEQ_CST); /* the heavy half is in recheck */
+		else
+			atomic_thread_fence(memory_order_seq_cst);
+		f = flags(m);
+	}
+	if (__builtin_expect(f & M_WAITERS, 0))
+		unlock_slow(m, f);
 }
 
 void weft_mutex_destroy(weft_mutex *m)
 {
 #ifdef WEFT_DEBUG
-	unsigned s = load_state(m);
-	if (s & M_WAITERS)
+	if (flags(m) & M_WAITERS)
 		sync_misuse("weft_mutex_destroy: mutex has waiters", m);
-	if (s & M_LOCKED)
+	if (locked(m))
 		sync_misuse("weft_mutex_destroy: mutex is locked", m);
 #else
 	(void)m;

@@ -15,6 +15,12 @@ static weft_mutex lock = WEFT_MUTEX_INIT;
 static long counter;        /* guarded by lock */
 static atomic_int inside;   /* how many are inside the critical section: must stay <= 1 */
 
+/* Unlocked, with nobody queued and no flag or queue lock left behind. */
+static bool idle(weft_mutex *m)
+{
+	return !m->_locked && !m->_flags && !m->_qlock && !m->_head && !m->_tail;
+}
+
 static void critical(void)
 {
 	CHECK_EQ(atomic_fetch_add(&inside, 1), 0);
@@ -94,6 +100,97 @@ TEST(mutual_exclusion_plain_threads_only)
 	for (int i = 0; i < N; i++)
 		CHECK_EQ(pthread_join(th[i], NULL), 0);
 	CHECK_EQ(counter, N * ROUNDS);
+}
+
+/* ---- no lost wake-ups ---------------------------------------------------------------------- */
+
+/* A holder lets go while a contender, on another core, is joining the queue: the moment a
+ * waiter publishes WAITERS is the moment an unlock by plain byte store may miss it (mutex.c,
+ * "Release without a read-modify-write"). The holder does not take the lock again before the
+ * contender has had it, so nobody else's unlock can rescue a missed waiter: it would never
+ * wake, and the holder gives up on it after 5 s. */
+static atomic_int held_round, done_round;
+
+/* test_await without the pauses: the contender must arrive while the lock is still held. */
+static void await_busy(atomic_int *v, int want)
+{
+	int64_t give_up = weft_now() + 5000 * MS;
+	while (atomic_load(v) < want)
+		CHECK(weft_now() < give_up);
+}
+
+static void *let_go(void *arg)
+{
+	unsigned seed = (unsigned)(uintptr_t)arg;
+	for (int i = 1; i <= (int)ROUNDS; i++) {
+		weft_mutex_lock(&lock);
+		atomic_store(&held_round, i);
+		seed = seed * 1103515245 + 12345;
+		for (unsigned k = (seed >> 16) % 8000; k; k--) /* 0 to ~3 us: around the spin */
+			__asm__ volatile("" ::: "memory");
+		weft_mutex_unlock(&lock);
+		await_busy(&done_round, i); /* fails the test if the contender never wakes */
+	}
+	return NULL;
+}
+
+static void *contend(void *arg)
+{
+	(void)arg;
+	for (int i = 1; i <= (int)ROUNDS; i++) {
+		await_busy(&held_round, i);
+		weft_mutex_lock(&lock);
+		critical();
+		weft_mutex_unlock(&lock);
+		atomic_store(&done_round, i);
+	}
+	return NULL;
+}
+
+static void no_lost_wakeups(void)
+{
+	pthread_t a, b;
+	CHECK_EQ(pthread_create(&a, NULL, let_go, (void *)(uintptr_t)7), 0);
+	CHECK_EQ(pthread_create(&b, NULL, contend, NULL), 0);
+	CHECK_EQ(pthread_join(a, NULL), 0);
+	CHECK_EQ(pthread_join(b, NULL), 0);
+	CHECK_EQ(counter, ROUNDS);
+}
+
+TEST(no_lost_wakeups_fast_release)
+{
+	no_lost_wakeups();
+}
+
+TEST(child_no_lost_wakeups)
+{
+	no_lost_wakeups();
+}
+
+/* The same in a child process with another release (weft reads WEFT_MUTEX_FAST_RELEASE before
+ * main). */
+static void no_lost_wakeups_with(const char *release)
+{
+	char cmd[512], err[4096];
+	setenv("WEFT_MUTEX_FAST_RELEASE", release, 1);
+	snprintf(cmd, sizeof cmd, "%s child_no_lost_wakeups", test_argv0);
+	int st = test_spawn(cmd, err, sizeof err);
+	if (st != 0)
+		fprintf(stderr, "child: status %d, stderr:\n%s\n", st, err);
+	CHECK_EQ(st, 0);
+}
+
+/* Unlock by `lock xadd`, the fallback where membarrier is missing. */
+TEST(no_lost_wakeups_atomic_release)
+{
+	no_lost_wakeups_with("0");
+}
+
+/* The fast release with its load and store swapped and time between them, as a processor may
+ * run it: the waiter's recheck must find every release that missed it. */
+TEST(no_lost_wakeups_reordered_release)
+{
+	no_lost_wakeups_with("reordered");
 }
 
 /* ---- trylock and deadlines ----------------------------------------------------------------- */
@@ -232,7 +329,7 @@ static int deadline_races(void *arg)
 		CHECK_EQ(weft_join(t[i]), 0);
 	CHECK_EQ(counter, atomic_load(&got));
 	CHECK(atomic_load(&timed_out) > 0);
-	CHECK_EQ(lock._state, 0); /* unlocked, no waiter, no flag left behind */
+	CHECK(idle(&lock)); /* unlocked, no waiter, no flag left behind */
 	return 0;
 }
 
@@ -289,7 +386,7 @@ static int cancels(void *arg)
 		CHECK_EQ(weft_join(b[i]), 0);
 	CHECK_EQ(atomic_load(&cancel_results), 11 * N);
 	CHECK_EQ(counter, N);
-	CHECK_EQ(lock._state, 0);
+	CHECK(idle(&lock));
 	return 0;
 }
 
@@ -327,7 +424,7 @@ static int cancel_races(void *arg)
 			weft_cancel(t[i]);
 		for (int i = 0; i < N; i++)
 			CHECK_EQ(weft_join(t[i]), 0);
-		CHECK_EQ(lock._state, 0);
+		CHECK(idle(&lock));
 	}
 	CHECK(counter > 0);
 	return 0;
