@@ -339,12 +339,15 @@ struct weft_waitq {
 
 /*
  * A task-aware mutual-exclusion lock, built for contention (see src/mutex.c): an uncontended
- * lock/unlock pair costs one atomic instruction; a contended lock spins briefly while the
+ * lock/unlock pair costs one atomic instruction (where Linux has membarrier); a contended lock spins briefly while the
  * holder runs on another core, then parks. Unlocking does not hand the lock to a waiter (the
  * running task may take it again at once, for throughput), except that a waiter that has waited
  * about 1 ms at the head of the queue gets it handed over directly, so no waiter starves.
  * Not recursive. Any task or thread may unlock a locked mutex (as in Go); unlocking one that is
- * not locked aborts.
+ * not locked aborts. Unlock reads the mutex after releasing it, so its memory must stay valid
+ * until every weft_mutex_unlock call on it has returned: a task that takes the lock, finds it
+ * has the last reference and frees the object must not assume the previous holder's unlock
+ * has returned (reclaim such objects after a grace period, as weft-mqtt's sessions do).
  */
 typedef struct weft_mutex {
 	unsigned char _locked;  /* 1 while held (src/mutex.c) */

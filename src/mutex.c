@@ -77,12 +77,18 @@
  * weft puts the whole fence on the waiter's side instead, as liburcu does: the unlock has only
  * a compiler barrier, and a waiter about to park on the promise that an unlock will wake it
  * first runs membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), which makes every running thread of
- * the program pass a full barrier (recheck). After it, either every later-completing unlock
- * sees the waiter's flags, or the waiter sees the lock free, and then does what that unlock
- * would have done. The barrier costs some microseconds (an interrupt to each core running the
- * program), paid only by a waiter that parks without a timer, never by the holder. Where
- * membarrier is missing (an old kernel, a seccomp filter), or with WEFT_MUTEX_FAST_RELEASE=0,
- * both sides use a seq_cst fence instead.
+ * the program pass a full barrier (recheck). After it, every unlock whose store the waiter's
+ * look at _locked does not see will see its flags (or newer ones); and if the waiter sees the
+ * lock free, the unlock that freed it may have missed them, so the waiter does what it would
+ * have done. The barrier costs from a fraction of a microsecond to several (an interrupt to
+ * each other core running the program, the holder's included, and more inside a VM), paid
+ * once per wait by a waiter that parks without a timer. Where membarrier is missing (an old
+ * kernel, a seccomp filter), or with WEFT_MUTEX_FAST_RELEASE=0, both sides use a seq_cst fence
+ * instead; should it fail later on (-ENOMEM), that waiter parks with a timer and looks again.
+ *
+ * The price: unlock reads _flags after the lock is free, when another task may already have
+ * taken it, unlocked it and freed its memory. So a weft_mutex must outlive every unlock call
+ * on it (weft.h), as in Go; glibc's pthread_mutex_unlock touches nothing after the release.
  *
  * Plain threads run the same code: wait_begin gives them the thread's wait record, wait_park
  * sleeps on a futex, and a task woken by a thread goes through the global queue.
@@ -157,17 +163,23 @@ static void model_drain(void)
 }
 
 /* The waiter's half of the fence, between its publication of _flags and its look at _locked
- * (the unlock's half is in weft_mutex_unlock). Not inlined: GCC's -Wtsan objects to an
- * inlined fence. */
-static __attribute__((noinline)) void heavy_barrier(void)
+ * (the unlock's half is in weft_mutex_unlock). False if there was none: membarrier can fail
+ * after it registered (-ENOMEM, or a seccomp filter installed since). Not inlined: GCC's
+ * -Wtsan objects to an inlined fence. */
+static __attribute__((noinline)) bool heavy_barrier(void)
 {
 	if (release == FENCED_RELEASE) {
 		atomic_thread_fence(memory_order_seq_cst);
-		return;
+		return true;
 	}
 	if (release == REORDERED_RELEASE)
 		model_drain();
-	syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+	return syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
+}
+
+int mutex_release_kind(void)
+{
+	return (int)release;
 }
 
 /* ---- the state ---------------------------------------------------------------------------- */
@@ -312,14 +324,17 @@ static __attribute__((noinline)) void unlock_slow(weft_mutex *m, unsigned f)
 }
 
 /* A waiter has published flags that ask an unlock to act and is about to park on that
- * promise. After the heavy half of the fence, any unlock whose store we cannot see yet will
- * see the flags; if we see the lock free, the unlock that freed it may have missed them, so
- * we do what it would have done (which may wake ourselves). */
-static void recheck(weft_mutex *m)
+ * promise. After the heavy half of the fence, every unlock whose store our look at _locked
+ * does not see will see these flags (or newer ones); if we see the lock free, the unlock that
+ * freed it may have missed them, so we do what it would have done (which may wake ourselves).
+ * False if there was no barrier: then nothing may rely on an unlock, and the caller must look
+ * again later (a look without the barrier may be stale, but not forever). */
+static bool recheck(weft_mutex *m)
 {
-	heavy_barrier();
+	bool fenced = heavy_barrier();
 	if (!locked(m))
 		unlock_slow(m, flags(m));
+	return fenced;
 }
 
 /* ---- lock --------------------------------------------------------------------------------- */
@@ -396,8 +411,14 @@ static void leave(weft_mutex *m, struct mutex_waiter *n)
 	bool was_woken = n->woken;
 	unlink_node(m, n);
 	qunlock(m);
-	if (was_woken)
-		recheck(m);
+	if (!was_woken || recheck(m))
+		return;
+	qlock(m); /* no barrier: wake the new head, which then retries on its own timer */
+	struct mutex_waiter *h = m->_head;
+	if (h && !h->woken)
+		wake_head(m);
+	else
+		qunlock(m);
 }
 
 static bool gave_up(int r, int64_t deadline)
@@ -437,8 +458,8 @@ static int lock_wait(weft_mutex *m, int64_t deadline, bool cancellable)
 			own(m);
 			return 0;
 		}
-		if (!retries)
-			recheck(m);
+		if (!retries && !recheck(m))
+			d = min64(d, weft_now() + BACKOFF_MAX_NS); /* no barrier: look again */
 		int r = wait_park(n.w, d);
 		qlock(m);
 		if (n.granted) {

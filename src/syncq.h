@@ -198,4 +198,8 @@ static inline void syncq_check_idle(unsigned *lock, struct weft_waitq *q, const 
 	(void)lock, (void)q, (void)what, (void)obj;
 #endif
 }
+/* How weft_mutex_unlock releases (mutex.c): 0 with a fence, 1 by plain store (membarrier on
+ * the waiters' side), 2 the tests' model of a reordered release. */
+int mutex_release_kind(void);
+
 #endif
