@@ -1,5 +1,6 @@
 /* Tests of weft_mutex: mutual exclusion under stress (tasks on every worker plus plain
- * threads), trylock, deadlines, cancellation, the scoped WEFT_WITH_LOCK, the fairness bound,
+ * threads), no lost wake-ups whatever the release (fast, fenced, modelled as reordered, with
+ * membarrier failing), trylock, deadlines, cancellation, the scoped WEFT_WITH_LOCK, the fairness bound,
  * and the misuse reports. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -120,12 +121,16 @@ TEST(mutual_exclusion_plain_threads_only)
  * wake, and the holder gives up on it after 5 s. */
 static atomic_int held_round, done_round;
 
-/* test_await without the pauses: the contender must arrive while the lock is still held. */
+/* test_await without the pauses: the contender must arrive while the lock is still held. A
+ * task yields while it polls, in case the other side is queued behind it on its worker. */
 static void await_busy(atomic_int *v, int want)
 {
 	int64_t give_up = weft_now() + 5000 * MS;
-	while (atomic_load(v) < want)
+	while (atomic_load(v) < want) {
 		CHECK(weft_now() < give_up);
+		if (weft_self())
+			weft_yield();
+	}
 }
 
 static void *let_go(void *arg)
@@ -156,13 +161,33 @@ static void *contend(void *arg)
 	return NULL;
 }
 
+static void contend_task(void *arg)
+{
+	contend(arg);
+}
+
+/* The contender is a task, parked and woken by the scheduler rather than a futex. */
+static int task_contends(void *arg)
+{
+	(void)arg;
+	weft_task *t = weft_spawn(contend_task, NULL);
+	CHECK(t);
+	CHECK_EQ(weft_join(t), 0);
+	return 0;
+}
+
 static void no_lost_wakeups(void)
 {
+	bool task = getenv("TEST_TASK_CONTENDS");
 	pthread_t a, b;
 	CHECK_EQ(pthread_create(&a, NULL, let_go, (void *)(uintptr_t)7), 0);
-	CHECK_EQ(pthread_create(&b, NULL, contend, NULL), 0);
+	if (task)
+		RUN(task_contends);
+	else
+		CHECK_EQ(pthread_create(&b, NULL, contend, NULL), 0);
 	CHECK_EQ(pthread_join(a, NULL), 0);
-	CHECK_EQ(pthread_join(b, NULL), 0);
+	if (!task)
+		CHECK_EQ(pthread_join(b, NULL), 0);
 	CHECK_EQ(counter, ROUNDS);
 }
 
@@ -235,6 +260,13 @@ TEST(no_lost_wakeups_fenced_release)
  * run it: the waiter's recheck must find every release that missed it. */
 TEST(no_lost_wakeups_reordered_release)
 {
+	no_lost_wakeups_with("reordered", "child_no_lost_wakeups");
+}
+
+/* The same with a task as the waiter. */
+TEST(no_lost_wakeups_reordered_release_task)
+{
+	setenv("TEST_TASK_CONTENDS", "1", 1);
 	no_lost_wakeups_with("reordered", "child_no_lost_wakeups");
 }
 
