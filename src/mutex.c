@@ -523,22 +523,14 @@ int weft_mutex_lock_until(weft_mutex *m, int64_t deadline)
 
 /* ---- unlock ------------------------------------------------------------------------------- */
 
-/* The holder, with waiters queued: has the head waited its turn? Looks at the clock only
- * every CHECK_EVERY unlocks (_ticks is the holder's: the lock guards it). */
-static bool turn_over(weft_mutex *m, unsigned f)
+/* The holder, with waiters queued, every CHECK_EVERY unlocks or when the head is starving:
+ * has the head waited its turn? Then hand it the lock instead of releasing it (false if the
+ * queue emptied meanwhile). */
+static __attribute__((noinline)) bool turn_over(weft_mutex *m, unsigned f)
 {
-	if (f & M_STARVING)
-		return true;
-	unsigned t = ticks(m) + 1;
-	__atomic_store_n(&m->_ticks, t, __ATOMIC_RELAXED);
-	if (t % CHECK_EVERY)
+	if (!(f & M_STARVING) &&
+	    weft_now() - __atomic_load_n(&m->_turn, __ATOMIC_RELAXED) < TURN_NS)
 		return false;
-	return weft_now() - __atomic_load_n(&m->_turn, __ATOMIC_RELAXED) >= TURN_NS;
-}
-
-/* Hand the lock to the head instead of releasing it. False if the queue emptied meanwhile. */
-static __attribute__((noinline)) bool handoff(weft_mutex *m)
-{
 	qlock(m);
 	if (!m->_head) {
 		qunlock(m);
@@ -561,25 +553,59 @@ static __attribute__((noinline)) unsigned reordered_release(weft_mutex *m)
 	return f;
 }
 
+/* Every release but the fast one. */
+static __attribute__((noinline)) void release_slowly(weft_mutex *m)
+{
+	unsigned f;
+	if (release == REORDERED_RELEASE) {
+		f = reordered_release(m);
+	} else {
+		__atomic_store_n(&m->_locked, 0, __ATOMIC_RELEASE);
+		atomic_thread_fence(memory_order_seq_cst);
+		f = flags(m);
+	}
+	unlock_slow(m, f);
+}
+
+/* Let go of the lock and look whether an unlock has anything to do. */
+static inline void let_go(weft_mutex *m)
+{
+	if (__builtin_expect(release != FAST_RELEASE, 0)) {
+		release_slowly(m);
+		return;
+	}
+	__atomic_store_n(&m->_locked, 0, __ATOMIC_RELEASE);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST); /* the heavy half is in recheck */
+	unsigned f = flags(m);
+	if (__builtin_expect((f & M_WAITERS) && (f & (M_WOKEN | M_STARVING)) != M_WOKEN, 0))
+		unlock_slow(m, f);
+}
+
+/* An unlock at a look at the clock, or with a starving head. */
+static __attribute__((noinline)) void unlock_at_turn(weft_mutex *m, unsigned f)
+{
+	if (!turn_over(m, f))
+		let_go(m);
+}
+
+/* The common cases, contended or not, call nothing but in tail position, so they need no stack
+ * frame: every store before the next lock's `xchg` is one more it waits for (contended, 4.3 ->
+ * 3.7 ns per increment on 2 workers). */
 void weft_mutex_unlock(weft_mutex *m)
 {
 	if (__builtin_expect(!locked(m), 0))
 		sync_misuse("weft_mutex_unlock: mutex is not locked", m);
 	unsigned f = flags(m);
-	if (__builtin_expect(f & M_WAITERS, 0) && turn_over(m, f) && handoff(m))
-		return;
-	if (__builtin_expect(release == REORDERED_RELEASE, 0)) {
-		f = reordered_release(m);
-	} else {
-		__atomic_store_n(&m->_locked, 0, __ATOMIC_RELEASE);
-		if (__builtin_expect(release == FAST_RELEASE, 1))
-			__atomic_signal_fence(__ATOMIC_SEQ_CST); /* the heavy half is in recheck */
-		else
-			atomic_thread_fence(memory_order_seq_cst);
-		f = flags(m);
+	if (__builtin_expect(f & M_WAITERS, 0)) {
+		/* _ticks is the holder's (the lock guards it); the woken head reads it */
+		unsigned t = ticks(m) + 1;
+		__atomic_store_n(&m->_ticks, t, __ATOMIC_RELAXED);
+		if (__builtin_expect((f & M_STARVING) || t % CHECK_EVERY == 0, 0)) {
+			unlock_at_turn(m, f);
+			return;
+		}
 	}
-	if (__builtin_expect(f & M_WAITERS, 0))
-		unlock_slow(m, f);
+	let_go(m);
 }
 
 void weft_mutex_destroy(weft_mutex *m)
