@@ -523,23 +523,6 @@ int weft_mutex_lock_until(weft_mutex *m, int64_t deadline)
 
 /* ---- unlock ------------------------------------------------------------------------------- */
 
-/* The holder, with waiters queued, every CHECK_EVERY unlocks or when the head is starving:
- * has the head waited its turn? Then hand it the lock instead of releasing it (false if the
- * queue emptied meanwhile). */
-static __attribute__((noinline)) bool turn_over(weft_mutex *m, unsigned f)
-{
-	if (!(f & M_STARVING) &&
-	    weft_now() - __atomic_load_n(&m->_turn, __ATOMIC_RELAXED) < TURN_NS)
-		return false;
-	qlock(m);
-	if (!m->_head) {
-		qunlock(m);
-		return false;
-	}
-	grant_head(m);
-	return true;
-}
-
 /* The release as the processor may run it (REORDERED_RELEASE): the load of _flags done, the
  * store to _locked not yet visible. */
 static __attribute__((noinline)) unsigned reordered_release(weft_mutex *m)
@@ -581,11 +564,20 @@ static inline void let_go(weft_mutex *m)
 		unlock_slow(m, f);
 }
 
-/* An unlock at a look at the clock, or with a starving head. */
+/* An unlock at a look at the clock (every CHECK_EVERY unlocks with waiters queued) or with a
+ * starving head: if the head has waited its turn, hand it the lock instead of releasing it. */
 static __attribute__((noinline)) void unlock_at_turn(weft_mutex *m, unsigned f)
 {
-	if (!turn_over(m, f))
-		let_go(m);
+	if ((f & M_STARVING) ||
+	    weft_now() - __atomic_load_n(&m->_turn, __ATOMIC_RELAXED) >= TURN_NS) {
+		qlock(m);
+		if (m->_head) {
+			grant_head(m);
+			return;
+		}
+		qunlock(m);
+	}
+	let_go(m);
 }
 
 /* The common cases, contended or not, call nothing but in tail position, so they need no stack
