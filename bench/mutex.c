@@ -10,7 +10,7 @@
  * (bench/peers/mutex.go) and Gambit's threads with the seed's program (bench/peers/mutex.scm).
  *
  * ns per increment comes from the seed's loop, lock / increment / unlock and nothing else:
- * medians of 3 runs for N <= 7, one run for N >= 100. The longest wait comes from a second,
+ * medians of 5 runs for N <= 7, one run for N >= 100, the runs of the kinds alternating. The longest wait comes from a second,
  * separate run of a timed loop: a trylock first, and only when it fails the clock is read
  * around the blocking lock. (It is a separate run because the timed loop changes what some
  * baselines do: Go's sync.Mutex is up to 1.5x faster with a TryLock before each Lock.) Slow
@@ -28,7 +28,7 @@
 #include "weft.h"
 
 #define ITERS 1000000L
-#define RUNS 3
+#define RUNS 5
 #define MAXN 1000
 
 static const int Ns[] = { 1, 2, 4, 7, 100, 1000 };
@@ -310,18 +310,6 @@ static struct figure run_once(int kind, int n, long iters, bool timed)
 	}
 }
 
-/* ns: median of `runs` plain runs; the longest wait: one timed run (not for Gambit). */
-static struct figure measure(int kind, int n, long iters, int runs)
-{
-	double ns[RUNS];
-	for (int r = 0; r < runs; r++)
-		ns[r] = run_once(kind, n, iters, false).ns;
-	struct figure f = { bench_quantile(ns, runs, 0.5), -1, iters };
-	if (kind != GAMBIT)
-		f.wait_ms = run_once(kind, n, iters, true).wait_ms;
-	return f;
-}
-
 /* Which kinds run at which N, with how many increments per thread (0: not run). */
 static long iters_for(int kind, int n)
 {
@@ -332,6 +320,29 @@ static long iters_for(int kind, int n)
 	if (n >= 1000 && (kind == GO || kind == GAMBIT))
 		return ITERS / 10;
 	return ITERS;
+}
+
+/*
+ * Every kind that runs at N, measured together: the plain runs go round the kinds `runs` times
+ * (so a few hundred milliseconds of a noisy neighbour, common on a shared VM, fall on one run of
+ * several kinds rather than on every run of one), then ns is each kind's median; the longest
+ * wait comes from one timed run of each (not for Gambit).
+ */
+static void measure(int i, int runs, const bool *present)
+{
+	double ns[KINDS][RUNS];
+	for (int r = 0; r < runs; r++)
+		for (int k = 0; k < KINDS; k++)
+			if (present[k])
+				ns[k][r] = run_once(k, Ns[i], iters_for(k, Ns[i]), false).ns;
+	for (int k = 0; k < KINDS; k++) {
+		if (!present[k])
+			continue;
+		long iters = iters_for(k, Ns[i]);
+		fig[k][i] = (struct figure){ bench_quantile(ns[k], runs, 0.5), -1, iters };
+		if (k != GAMBIT)
+			fig[k][i].wait_ms = run_once(k, Ns[i], iters, true).wait_ms;
+	}
 }
 
 static void emit(int kind, int i, const char *workers)
@@ -385,12 +396,10 @@ int main(int argc, char **argv)
 		char what[80];
 		snprintf(what, sizeof what, "mutex: N=%d", n);
 		bench_progress(what);
-		for (int k = 0; k < KINDS; k++) {
-			long iters = iters_for(k, n);
-			if (!iters || (k == GO && !go) || (k == GAMBIT && !gambit))
-				continue;
-			fig[k][i] = measure(k, n, iters, runs);
-		}
+		bool present[KINDS];
+		for (int k = 0; k < KINDS; k++)
+			present[k] = iters_for(k, n) && (k != GO || go) && (k != GAMBIT || gambit);
+		measure(i, runs, present);
 	}
 	char dflt[32];
 	snprintf(dflt, sizeof dflt, "workers=%ld", sysconf(_SC_NPROCESSORS_ONLN));
