@@ -37,14 +37,27 @@ int64_t weft_now(void);
 /*
  * Start the workers, run main_task(arg) as the first task and return its result once it has
  * returned. The calling thread becomes worker 0. The number of workers is $WEFT_WORKERS, or
- * the number of online CPUs. Tasks still alive when main_task returns are discarded, as in Go:
+ * the number of CPUs the calling thread may run on (its affinity mask, as nproc(1) counts).
+ * With one worker per CPU of that set, each worker is pinned to its own CPU while weft_run
+ * runs, so that the kernel never stacks two workers on one core (see weft_unpin for threads
+ * a task starts). Tasks still alive when main_task returns are discarded, as in Go:
  * their stacks are released without running them further. weft_run may be called again
  * afterwards, but not from inside a task. Returns -EINVAL for a NULL main_task, -EBUSY when
  * weft is already running, -ENOMEM or -EAGAIN when workers cannot be created.
  *
- * Environment: WEFT_WORKERS=n; WEFT_DEADLOCK=0 turns off deadlock detection.
+ * Environment: WEFT_WORKERS=n; WEFT_PIN=0 leaves the workers unpinned; WEFT_DEADLOCK=0 turns
+ * off deadlock detection.
  */
 int weft_run(int (*main_task)(void *), void *arg);
+
+/*
+ * A thread inherits its creator's CPU set, so a plain thread started by a task runs only on
+ * that task's worker's CPU while the workers are pinned. Called first thing in such a thread,
+ * weft_unpin gives it every CPU weft_run's caller had. 0, or a negative errno from
+ * sched_setaffinity; nothing to do (0) when the workers are not pinned. weft's own threads
+ * (the blocking pool, spare workers) do this themselves.
+ */
+int weft_unpin(void);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Tasks                                                                                      */

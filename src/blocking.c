@@ -69,6 +69,7 @@ static struct job *next_job(void)
 static void *pool_thread(void *arg)
 {
 	(void)arg;
+	weft_unpin(); /* started from a worker: its CPU set (affinity.c) */
 	pthread_mutex_lock(&B.lock);
 	struct job *j;
 	while ((j = next_job())) {

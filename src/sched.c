@@ -37,6 +37,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include "affinity.h"
 #include "blocking.h"
 #include "futex.h"
 #include "poll.h"
@@ -865,6 +866,7 @@ static void worker_enter(struct worker *w)
 	worker_tls = w;
 	trace_thread_name("worker %d", w->id);
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); /* sleep until deadlines to the microsecond */
+	affinity_worker(w->id);
 	if (pthread_getcpuclockid(pthread_self(), &w->cpu_clock) != 0)
 		w->cpu_clock = -1;
 	atomic_store_explicit(&w->tid, gettid(), memory_order_release); /* the monitor reads both */
@@ -1036,6 +1038,7 @@ static void monitor_resume(void)
 static void *monitor(void *arg)
 {
 	(void)arg;
+	weft_unpin(); /* started by worker 0: its CPU set (affinity.c) */
 	while (!atomic_load(&S.stop)) {
 		if (atomic_load(&S.nidle) == atomic_load(&S.n))
 			monitor_pause();
@@ -1065,10 +1068,11 @@ static void main_entry(void *arg)
 	stop_all();
 }
 
-static int worker_count(void)
+/* $WEFT_WORKERS, or one per CPU the caller may run on (as nproc(1) and Go count them). */
+static int worker_count(int cpus)
 {
 	const char *e = getenv("WEFT_WORKERS");
-	long n = e && *e ? strtol(e, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+	long n = e && *e ? strtol(e, NULL, 10) : cpus > 0 ? cpus : sysconf(_SC_NPROCESSORS_ONLN);
 	if (n < 1)
 		n = 1;
 	return n > 1024 ? 1024 : (int)n;
@@ -1196,7 +1200,7 @@ int weft_run(int (*main_task)(void *), void *arg)
 	atomic_store(&S.ids, 1);
 	atomic_store(&foreign_wakes, 0);
 	stack_init(sizeof(weft_task));
-	int n = worker_count(), err = init_workers(n);
+	int n = worker_count(affinity_init()), err = init_workers(n);
 	if (!err)
 		err = poll_init();
 	if (err) {
@@ -1204,6 +1208,7 @@ int weft_run(int (*main_task)(void *), void *arg)
 		atomic_store(&running, false);
 		return err;
 	}
+	affinity_plan(n);
 	struct sigaction sa = { .sa_sigaction = on_segv, .sa_flags = SA_SIGINFO | SA_ONSTACK };
 	sigaction(SIGSEGV, &sa, &S.old_segv);
 	dump_install();
@@ -1240,6 +1245,7 @@ int weft_run(int (*main_task)(void *), void *arg)
 	waitstat_stop();
 	trace_stop();
 	worker_leave(S.w[0]);
+	affinity_restore();
 	prctl(PR_SET_TIMERSLACK, (unsigned long)old_slack, 0, 0, 0);
 	sigaction(SIGSEGV, &S.old_segv, NULL);
 	dump_uninstall();

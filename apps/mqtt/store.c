@@ -411,6 +411,7 @@ static void *writer_main(void *arg)
 {
 	store *st = arg;
 	op *o;
+	weft_unpin(); /* started by a task: not on its worker's CPU only */
 	while (weft_chan_recv(st->ch, &o, sizeof o, WEFT_FOREVER) >= 0) /* -EPIPE: closed, drained */
 		batch(st, o);
 	return NULL;
