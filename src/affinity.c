@@ -78,11 +78,6 @@ void affinity_restore(void)
 	atomic_store(&npinned, 0);
 }
 
-int affinity_pinned(void)
-{
-	return atomic_load(&npinned);
-}
-
 int weft_unpin(void)
 {
 	if (!have_all || !atomic_load(&npinned))

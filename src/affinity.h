@@ -11,7 +11,5 @@ void affinity_plan(int workers);
 void affinity_worker(int id);
 /* weft_run is ending: the caller gets its set back; nothing is pinned any more. */
 void affinity_restore(void);
-/* How many workers are pinned (0: none). */
-int affinity_pinned(void);
 
 #endif
