@@ -368,7 +368,7 @@ typedef struct weft_mutex {
 	unsigned char _qlock;   /* guards the queue */
 	unsigned int _ticks;    /* unlocks since the holder last looked at the clock */
 	void *_owner;           /* worker of the last taker: spin only if it is another core */
-	int64_t _turn;          /* when the head waiter reached the head of the queue */
+	int64_t _turn;          /* when the head waiter joined the queue */
 	void *_head, *_tail;    /* parked waiters */
 } weft_mutex;
 

@@ -51,15 +51,19 @@
  * to the holder, and waits for its turn. (Its timer lives on the worker it parked on, so a
  * worker that never switches, such as one whose task only ever yields, delays its retry.)
  *
- * Fairness (Go's sync.Mutex starvation mode, as a turn). Barging alone can starve the queue.
- * So the head of the queue gets the lock at most TURN_NS after it became the head: the holder
- * looks at the clock every CHECK_EVERY unlocks while there are waiters (a task that never
- * blocks on one worker gives nobody else a chance to look), and a woken head that has waited
- * a turn sets STARVING, which the next unlock sees. Then unlock does not release the lock
- * but hands it to the head (grant_head): _locked stays 1, so nobody can barge in between,
- * and the granted waiter resumes owning it. The turn clock restarts for the next head, so
- * with k waiters each waits about k turns at most, and the lock rotates among contenders in
- * ~1 ms slices at a cost of one switch per slice.
+ * Fairness (Go's sync.Mutex starvation mode). Barging alone can starve the queue. So a waiter
+ * that has been queued TURN_NS gets the lock handed to it as soon as it is at the head: the
+ * holder looks at the clock every CHECK_EVERY unlocks while there are waiters (a task that
+ * never blocks on one worker gives nobody else a chance to look), and a woken head that has
+ * waited that long sets STARVING, which the next unlock sees. Then unlock does not release the
+ * lock but hands it to the head (grant_head): _locked stays 1, so nobody can barge in between,
+ * and the granted waiter resumes owning it. The head's clock (_turn) is the time it joined
+ * the queue, not the time it reached the head: behind a head that was served late, the next
+ * ones have waited as long, and each gets the lock after at most CHECK_EVERY unlocks of the
+ * one before. So the queue drains in one pass, a switch per waiter, and then barging resumes.
+ * No waiter waits much more than TURN_NS plus one such pass (bench/mutex, 1000 tasks on 2
+ * workers: the longest wait was 1.0 s when each head's clock started at the head, one turn
+ * per waiter ahead of it).
  *
  * Deadlines and cancellation. A waiter that wakes for its own deadline or a cancel takes the
  * queue lock and unlinks itself; if it was the woken head and the lock is free, it wakes the
@@ -111,8 +115,8 @@ enum { /* _flags */
 	M_WAITERS = 4u,
 };
 
-#define TURN_NS 1000000         /* the head waiter gets the lock after this at most */
-#define CHECK_EVERY 256         /* unlocks (with waiters) between two looks at the clock */
+#define TURN_NS 1000000         /* a waiter queued this long gets the lock handed to it */
+#define CHECK_EVERY 1024        /* unlocks (with waiters) between two looks at the clock */
 #define SPIN_MAX 64             /* polls of the lock before parking */
 #define BACKOFF_MIN_NS 2000     /* first retry of a woken head that lost */
 #define BACKOFF_MAX_NS 50000    /* longest: also the worst delay a lost head adds */
@@ -126,6 +130,7 @@ struct mutex_waiter {
 	bool granted;   /* the lock was handed to it: it owns it when it runs */
 	unsigned seen;  /* m->_ticks when it last looked, */
 	int64_t seen_at; /* and when */
+	int64_t since;  /* when it joined the queue */
 };
 
 /* ---- the release's fence ------------------------------------------------------------------ */
@@ -212,9 +217,10 @@ static inline unsigned ticks(weft_mutex *m)
 	return __atomic_load_n(&m->_ticks, __ATOMIC_RELAXED);
 }
 
-static void set_turn(weft_mutex *m)
+/* The head's turn runs from when it joined the queue: see Fairness. */
+static void set_turn(weft_mutex *m, struct mutex_waiter *head)
 {
-	__atomic_store_n(&m->_turn, weft_now(), __ATOMIC_RELAXED);
+	__atomic_store_n(&m->_turn, head->since, __ATOMIC_RELAXED);
 }
 
 /* ---- the queue (under _qlock) ------------------------------------------------------------- */
@@ -247,11 +253,12 @@ static void link_tail(weft_mutex *m, struct mutex_waiter *n)
 	struct mutex_waiter *t = m->_tail;
 	n->next = NULL;
 	n->prev = t;
+	n->since = weft_now();
 	if (t) {
 		t->next = n;
 	} else {
 		m->_head = n;
-		set_turn(m);
+		set_turn(m, n);
 	}
 	m->_tail = n;
 }
@@ -263,7 +270,7 @@ static void unlink_node(weft_mutex *m, struct mutex_waiter *n)
 	} else {
 		m->_head = n->next;
 		if (n->next)
-			set_turn(m); /* a new head starts its turn */
+			set_turn(m, n->next);
 	}
 	if (n->next)
 		n->next->prev = n->prev;
@@ -453,12 +460,15 @@ static int lock_wait(weft_mutex *m, int64_t deadline, bool cancellable)
 			d = min64(d, weft_now() + backoff);
 			backoff = min64(2 * backoff, BACKOFF_MAX_NS);
 		}
+		/* Only a head's flags tell an unlock to act: behind it our node changes nothing an
+		 * unlock reads, and whoever makes us the head later holds the lock or rechecks. */
+		bool head = m->_head == &n;
 		if (park_or_take(m, &n)) {
 			wait_abandon(n.w); /* a cancel may have claimed it meanwhile: the lock wins */
 			own(m);
 			return 0;
 		}
-		if (!retries && !recheck(m))
+		if (!retries && head && !recheck(m))
 			d = min64(d, weft_now() + BACKOFF_MAX_NS); /* no barrier: look again */
 		int r = wait_park(n.w, d);
 		qlock(m);
