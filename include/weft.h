@@ -366,7 +366,7 @@ typedef struct weft_mutex {
 	unsigned char _locked;  /* 1 while held (src/mutex.c) */
 	unsigned char _flags;   /* what an unlock must look at: waiters, woken, starving */
 	unsigned char _qlock;   /* guards the queue */
-	unsigned int _ticks;    /* unlocks since the holder last looked at the clock */
+	unsigned int _ticks;    /* unlocks made while waiters were queued (a running count) */
 	void *_owner;           /* worker of the last taker: spin only if it is another core */
 	int64_t _turn;          /* when the head waiter joined the queue */
 	void *_head, *_tail;    /* parked waiters */

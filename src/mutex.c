@@ -22,9 +22,9 @@
  * Waiting. A contender that finds the lock held spins a little (reading, not writing) if the
  * holder is on another core and nobody is queued; when it sees the lock free it tries once,
  * and parks if it loses (the holder took it back at once: it is not letting go). It parks
- * (wait.h) in a FIFO of nodes that live on the waiters' own stacks. Having published WAITERS,
- * a new waiter makes sure an unlock will see it (recheck, below) and parks; it does not grab
- * a lock that came free meanwhile: a contender that gives up should stay given up.
+ * (wait.h) in a FIFO of nodes that live on the waiters' own stacks. A new head, having
+ * published WAITERS, makes sure an unlock will see it (recheck, below) and parks; it does not
+ * grab a lock that came free meanwhile: a contender that gives up should stay given up.
  *
  * Waking, and where the woken run. An unlock that finds waiters and no WOKEN head wakes the
  * head with wait_finish, which puts it in the unlocking task's worker's `next` slot: it will
@@ -86,9 +86,12 @@
  * lock free, the unlock that freed it may have missed them, so the waiter does what it would
  * have done. The barrier costs from a fraction of a microsecond to several (an interrupt to
  * each other core running the program, the holder's included, and more inside a VM), paid
- * once per wait by a waiter that parks without a timer. Where membarrier is missing (an old
- * kernel, a seccomp filter), or with WEFT_MUTEX_FAST_RELEASE=0, both sides use a seq_cst fence
- * instead; should it fail later on (-ENOMEM), that waiter parks with a timer and looks again.
+ * once per wait by a waiter that parks at the head without a timer. A waiter parking behind
+ * the head needs none: its node changes no flag an unlock reads, and whoever makes it the head
+ * holds the lock (a grant, a woken head taking it) or, leaving, rechecks for it. Where
+ * membarrier is missing (an old kernel, a seccomp filter), or with WEFT_MUTEX_FAST_RELEASE=0,
+ * both sides use a seq_cst fence instead; should it fail later on (-ENOMEM), that head parks
+ * with a timer and looks again.
  *
  * The price: unlock reads _flags after the lock is free, when another task may already have
  * taken it, unlocked it and freed its memory. So a weft_mutex must outlive every unlock call
@@ -411,14 +414,15 @@ static bool park_or_take(weft_mutex *m, struct mutex_waiter *n)
 }
 
 /* Give up waiting (deadline or cancel; _qlock held, n queued; releases _qlock). If n was the
- * woken head, unlocks woke nobody: the new head must not be left relying on one that has
- * already passed. */
+ * woken head, unlocks woke nobody; if it was a head not woken, its successor parked relying on
+ * n's recheck, which may have had no barrier (lock_wait). Either way the new head must not be
+ * left relying on an unlock that has already passed. */
 static void leave(weft_mutex *m, struct mutex_waiter *n)
 {
-	bool was_woken = n->woken;
+	bool hands_on = n->woken || (m->_head == n && n->next);
 	unlink_node(m, n);
 	qunlock(m);
-	if (!was_woken || recheck(m))
+	if (!hands_on || recheck(m))
 		return;
 	qlock(m); /* no barrier: wake the new head, which then retries on its own timer */
 	struct mutex_waiter *h = m->_head;
@@ -461,7 +465,8 @@ static int lock_wait(weft_mutex *m, int64_t deadline, bool cancellable)
 			backoff = min64(2 * backoff, BACKOFF_MAX_NS);
 		}
 		/* Only a head's flags tell an unlock to act: behind it our node changes nothing an
-		 * unlock reads, and whoever makes us the head later holds the lock or rechecks. */
+		 * unlock reads, and whoever makes us the head later holds the lock (a grant, a woken
+		 * head taking it) or rechecks (leave). */
 		bool head = m->_head == &n;
 		if (park_or_take(m, &n)) {
 			wait_abandon(n.w); /* a cancel may have claimed it meanwhile: the lock wins */
