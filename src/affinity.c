@@ -80,7 +80,7 @@ void affinity_restore(void)
 
 int weft_unpin(void)
 {
-	if (!have_all || !atomic_load(&npinned))
+	if (!atomic_load(&npinned)) /* set after `all` was read, cleared before it is again */
 		return 0;
 	return sched_setaffinity(0, sizeof all, &all) ? -errno : 0;
 }
