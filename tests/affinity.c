@@ -31,6 +31,20 @@ static bool use_cpus(int k)
 	return true;
 }
 
+/* WEFT_WORKERS and WEFT_PIN as given (NULL: unset), on 2 CPUs; false where there are fewer. */
+static bool on_two_cpus(const char *workers, const char *pin)
+{
+	if (workers)
+		setenv("WEFT_WORKERS", workers, 1);
+	else
+		unsetenv("WEFT_WORKERS");
+	if (pin)
+		setenv("WEFT_PIN", pin, 1);
+	else
+		unsetenv("WEFT_PIN");
+	return use_cpus(2);
+}
+
 static int my_cpus(int *only)
 {
 	cpu_set_t m;
@@ -110,9 +124,7 @@ static int pinned_main(void *arg)
 
 TEST(one_worker_pinned_per_cpu)
 {
-	unsetenv("WEFT_WORKERS");
-	unsetenv("WEFT_PIN");
-	if (!use_cpus(2))
+	if (!on_two_cpus(NULL, NULL))
 		return;
 	RUN(pinned_main);
 	cpu_set_t after; /* the caller has its set back */
@@ -120,60 +132,44 @@ TEST(one_worker_pinned_per_cpu)
 	CHECK(CPU_EQUAL(&after, &set));
 }
 
+/* arg: how many workers weft must have started, none of them pinned. */
 static int unpinned_main(void *arg)
 {
-	(void)arg;
-	see_both_workers();
-	CHECK_EQ(atomic_load(&ncpus[0]), 2);
-	CHECK_EQ(atomic_load(&ncpus[1]), 2);
+	int n = *(int *)arg, c;
+	CHECK_EQ(weft_stats(NULL, 0, NULL), n);
+	if (n == 1) {
+		CHECK_EQ(my_cpus(&c), 2);
+	} else {
+		see_both_workers();
+		CHECK_EQ(atomic_load(&ncpus[0]), 2);
+		CHECK_EQ(atomic_load(&ncpus[1]), 2);
+	}
 	CHECK_EQ(weft_unpin(), 0);
 	return 0;
 }
 
 TEST(pin_0_leaves_workers_unpinned)
 {
-	setenv("WEFT_PIN", "0", 1);
-	unsetenv("WEFT_WORKERS");
-	if (!use_cpus(2))
-		return;
-	RUN(unpinned_main);
+	int n = 2;
+	if (on_two_cpus(NULL, "0"))
+		CHECK_EQ(weft_run(unpinned_main, &n), 0);
 }
 
 /* More workers than CPUs: cores are shared anyway, and nothing is pinned. */
-static int three_workers_main(void *arg)
-{
-	(void)arg;
-	CHECK_EQ(weft_stats(NULL, 0, NULL), 3);
-	return unpinned_main(NULL);
-}
-
 TEST(more_workers_than_cpus_unpinned)
 {
-	setenv("WEFT_WORKERS", "3", 1);
-	unsetenv("WEFT_PIN");
-	if (!use_cpus(2))
-		return;
-	RUN(three_workers_main);
+	int n = 3;
+	if (on_two_cpus("3", NULL))
+		CHECK_EQ(weft_run(unpinned_main, &n), 0);
 }
 
 /* One worker on a machine with more CPUs: pinning it would stack every such program on the
  * first CPU. */
-static int one_worker_main(void *arg)
-{
-	(void)arg;
-	int c;
-	CHECK_EQ(weft_stats(NULL, 0, NULL), 1);
-	CHECK_EQ(my_cpus(&c), 2);
-	return 0;
-}
-
 TEST(one_worker_unpinned)
 {
-	setenv("WEFT_WORKERS", "1", 1);
-	unsetenv("WEFT_PIN");
-	if (!use_cpus(2))
-		return;
-	RUN(one_worker_main);
+	int n = 1;
+	if (on_two_cpus("1", NULL))
+		CHECK_EQ(weft_run(unpinned_main, &n), 0);
 }
 
 /* The default count follows the caller's CPU set, not the machine's online CPUs. */
