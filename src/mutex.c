@@ -313,12 +313,19 @@ static void grant_head(weft_mutex *m)
 		wait_finish(w, 0);
 }
 
+/* Whether an unlock that saw flags f has anything to do: waiters, and the head not already
+ * woken (unless it is starving, when the unlock hands the lock over). */
+static inline bool unlock_acts(unsigned f)
+{
+	return (f & M_WAITERS) && (f & (M_WOKEN | M_STARVING)) != M_WOKEN;
+}
+
 /* With the lock just released and f the flags seen after: wake the head, or hand it the lock
  * if it is starving. Nothing to do if nobody waits, the head is already woken, or a barger
  * holds the lock (its own unlock will see the flags: see recheck). */
 static __attribute__((noinline)) void unlock_slow(weft_mutex *m, unsigned f)
 {
-	if (!(f & M_WAITERS) || (f & (M_WOKEN | M_STARVING)) == M_WOKEN)
+	if (!unlock_acts(f))
 		return;
 	qlock(m);
 	struct mutex_waiter *h = m->_head;
@@ -577,7 +584,7 @@ static inline void let_go(weft_mutex *m)
 	__atomic_store_n(&m->_locked, 0, __ATOMIC_RELEASE);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST); /* the heavy half is in recheck */
 	unsigned f = flags(m);
-	if (__builtin_expect((f & M_WAITERS) && (f & (M_WOKEN | M_STARVING)) != M_WOKEN, 0))
+	if (__builtin_expect(unlock_acts(f), 0))
 		unlock_slow(m, f);
 }
 
