@@ -31,6 +31,8 @@ struct worker {
 	bool spinning;                /* looking for work to steal (counted in nspinning) */
 	int64_t spin_ns;              /* how long it looks before sleeping (worker_loop) */
 	bool declined;                /* this spin saw work it left to its worker (steal) */
+	int64_t rest_ns;              /* how long it sleeps after such a spin (rest) */
+	atomic_bool resting;          /* in that sleep: only wake_this ends it early */
 	bool in_idle;                 /* on the idle list; guarded by the idle lock */
 	atomic_bool in_epoll;         /* its idle sleep is in epoll: wake it through the poller */
 	struct timer_wheel timers;
