@@ -162,9 +162,8 @@ static void note_contention(weft_chan *c)
 	sched_note_contention();
 }
 
-static __attribute__((noinline)) void lock_slow(_Atomic uint32_t *l)
+static void lock_wait(_Atomic uint32_t *l)
 {
-	note_contention((weft_chan *)l);
 	for (int i = 0; i < LOCK_SPINS; i++) {
 		cpu_relax();
 		uint32_t zero = 0;
@@ -177,11 +176,33 @@ static __attribute__((noinline)) void lock_slow(_Atomic uint32_t *l)
 		futex_wait(l, 2, INT64_MAX);
 }
 
-static inline void chan_lock(_Atomic uint32_t *l)
+static __attribute__((noinline)) void lock_slow(_Atomic uint32_t *l)
+{
+	note_contention((weft_chan *)l);
+	lock_wait(l);
+}
+
+/* lock_slow for a send or receive by a task holding no other lock: when c is hot, the task
+ * first moves to c's home worker. Waking c's waiters onto its home (wake()) gathers only the
+ * tasks that park; tasks that seldom do (100 producers and 100 consumers on a channel of
+ * 1024) would otherwise keep running on both cores, fighting for the lock at every packet. */
+static __attribute__((noinline)) void lock_contended(weft_chan *c)
+{
+	note_contention(c);
+	sched_move(atomic_load_explicit(&c->home, memory_order_relaxed));
+	lock_wait(&c->lock);
+}
+
+static inline bool try_lock(_Atomic uint32_t *l)
 {
 	uint32_t zero = 0;
-	if (!atomic_compare_exchange_strong_explicit(l, &zero, 1, memory_order_acquire,
-						     memory_order_relaxed))
+	return atomic_compare_exchange_strong_explicit(l, &zero, 1, memory_order_acquire,
+						       memory_order_relaxed);
+}
+
+static inline void chan_lock(_Atomic uint32_t *l)
+{
+	if (!try_lock(l))
 		lock_slow(l);
 }
 
@@ -486,7 +507,8 @@ static int chan_send(weft_chan *c, const void *p, size_t len, int64_t deadline)
 	if (len > c->psize)
 		return -EMSGSIZE;
 	struct waiter *wk = NULL;
-	chan_lock(&c->lock);
+	if (!try_lock(&c->lock))
+		lock_contended(c);
 	int r = send_now(c, p, len, &wk);
 	if (r == -EAGAIN)
 		return wait_for(c, true, p, NULL, len, deadline);
@@ -501,7 +523,8 @@ static int chan_recv(weft_chan *c, void *buf, size_t cap, int64_t deadline)
 	if (!c || (!buf && cap))
 		return -EINVAL;
 	struct waiter *wk = NULL;
-	chan_lock(&c->lock);
+	if (!try_lock(&c->lock))
+		lock_contended(c);
 	int r = recv_now(c, buf, cap, &wk);
 	if (r == -EAGAIN)
 		return wait_for(c, false, NULL, buf, cap, deadline);

@@ -328,6 +328,17 @@ static void wake_this(struct worker *v)
 		wake_worker(v);
 }
 
+/* Make t runnable on v, through its inbox. */
+static void ready_on(struct worker *v, weft_task *t)
+{
+	task_set_state(t, TASK_RUNNABLE);
+	inbox_push(v, t);
+	/* seq_cst push, then nidle and resting: idle() and rest() announce themselves before
+	 * their last look */
+	if (atomic_load(&S.nidle) || atomic_load(&v->resting))
+		wake_this(v);
+}
+
 void sched_ready_on(weft_task *t, int home)
 {
 	struct worker *w = worker_self();
@@ -335,14 +346,8 @@ void sched_ready_on(weft_task *t, int home)
 		sched_ready(t);
 		return;
 	}
-	task_set_state(t, TASK_RUNNABLE);
 	counter_inc(&w->wakes);
-	struct worker *v = S.w[home];
-	inbox_push(v, t);
-	/* seq_cst push, then nidle and resting: idle() and rest() announce themselves before
-	 * their last look */
-	if (atomic_load(&S.nidle) || atomic_load(&v->resting))
-		wake_this(v);
+	ready_on(S.w[home], t);
 }
 
 /* Whether w has work queued besides the task it runs: only then is another worker woken for a
@@ -585,6 +590,18 @@ void weft_yield(void)
 		return;
 	task_set_state(self, TASK_RUNNABLE);
 	push_local(w, self);
+	switch_to(w, self, next, TRACE_YIELD);
+}
+
+void sched_move(int to)
+{
+	struct worker *w = worker_self();
+	if (!w || !w->cur || w->id == to || to < 0 || to >= atomic_load(&S.n))
+		return;
+	weft_task *self = w->cur;
+	weft_task *next = pick(w);
+	/* Published before we have left: whoever takes it waits for on_cpu (switch_to). */
+	ready_on(S.w[to], self);
 	switch_to(w, self, next, TRACE_YIELD);
 }
 

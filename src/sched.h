@@ -94,6 +94,9 @@ void sched_ready_batch(weft_task *const *v, int n);
 /* Make t runnable on worker `home` (its inbox) rather than the caller's: see chan.c's wake().
  * From `home` itself, or a plain thread, the same as sched_ready. */
 void sched_ready_on(weft_task *t, int home);
+/* Move the calling task to worker `to`: it carries on there once `to` gets to it (see chan.c's
+ * lock_contended). No-op on a plain thread, on `to` itself, or for a worker that is not running. */
+void sched_move(int to);
 /* Switch away from the current task, which has published itself somewhere a waker will find
  * it (see wait.h). Returns when it is made runnable again and scheduled. */
 void sched_park(void);
