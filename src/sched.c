@@ -783,6 +783,12 @@ static void check_deadlock(void)
 }
 
 
+static void add_idle(struct worker *w, int64_t ns)
+{
+	atomic_store_explicit(&w->idle_ns, atomic_load_explicit(&w->idle_ns, memory_order_relaxed) + ns,
+			      memory_order_relaxed);
+}
+
 /* Nothing to do: sleep until woken or until w's earliest deadline. */
 static void idle(struct worker *w)
 {
@@ -817,8 +823,7 @@ static void idle(struct worker *w)
 		else
 			futex_wait(&w->wake_word, 0, deadline);
 		trace_idle(false);
-		atomic_store_explicit(&w->idle_ns, atomic_load_explicit(&w->idle_ns,
-			memory_order_relaxed) + weft_now() - slept, memory_order_relaxed);
+		add_idle(w, weft_now() - slept);
 	} else if (poller) {
 		poll_run(0);
 	}
@@ -859,9 +864,11 @@ static void rest(struct worker *w)
 	atomic_store(&w->wake_word, 0);
 	atomic_store(&w->resting, true);
 	if (!atomic_load(&w->inbox) && !atomic_load(&S.stop)) {
+		int64_t slept = weft_now();
 		trace_idle(true);
 		futex_wait(&w->wake_word, 0, until);
 		trace_idle(false);
+		add_idle(w, weft_now() - slept);
 	}
 	atomic_store(&w->resting, false);
 	if (w->rest_ns < REST_MAX_NS)
