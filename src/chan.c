@@ -127,7 +127,9 @@ _Static_assert(offsetof(struct weft_chan, slots) == 64, "the hot fields fill one
 
 /* ---- the channel lock (chan_lock) ---------------------------------------------------------
  * A spinlock that sleeps on a futex once it has stayed taken for about a microsecond:
- * Drepper's mutex, like Go's runtime lock. 0 free, 1 held, 2 held and somebody may sleep.
+ * Drepper's mutex, like Go's runtime lock. 0 free; held: 1, or 2 when somebody may sleep, in
+ * the low bits, and above them the holder's sched_worker_tag (its worker, or a plain thread;
+ * 0 once a sleeper has marked the lock), which tells a contender who it is fighting.
  * Critical sections are a few dozen instructions and never park, so the spin nearly always
  * wins. But when two workers hammer one channel, the line crossing cores on each operation
  * costs more than the operation (160 ns one way on a 2-core CI machine); letting the loser
@@ -162,18 +164,28 @@ static void note_contention(weft_chan *c)
 	sched_note_contention();
 }
 
-static void lock_wait(_Atomic uint32_t *l)
+enum { LOCK_HELD = 1, LOCK_SLEEPERS = 2, LOCK_STATE = 3, LOCK_TAG_SHIFT = 2 };
+
+static inline uint32_t held_by_me(void)
 {
+	return LOCK_HELD | sched_worker_tag << LOCK_TAG_SHIFT;
+}
+
+/* Not inlined: it runs after lock_contended may have moved the task to another thread, and
+ * must read that thread's tag. */
+static __attribute__((noinline)) void lock_wait(_Atomic uint32_t *l)
+{
+	uint32_t me = held_by_me();
 	for (int i = 0; i < LOCK_SPINS; i++) {
 		cpu_relax();
 		uint32_t zero = 0;
 		if (atomic_load_explicit(l, memory_order_relaxed) == 0 &&
-		    atomic_compare_exchange_strong_explicit(l, &zero, 1, memory_order_acquire,
+		    atomic_compare_exchange_strong_explicit(l, &zero, me, memory_order_acquire,
 							    memory_order_relaxed))
 			return;
 	}
-	while (atomic_exchange_explicit(l, 2, memory_order_acquire) != 0)
-		futex_wait(l, 2, INT64_MAX);
+	while (atomic_exchange_explicit(l, LOCK_SLEEPERS, memory_order_acquire) != 0)
+		futex_wait(l, LOCK_SLEEPERS, INT64_MAX);
 }
 
 static __attribute__((noinline)) void lock_slow(_Atomic uint32_t *l)
@@ -182,21 +194,25 @@ static __attribute__((noinline)) void lock_slow(_Atomic uint32_t *l)
 	lock_wait(l);
 }
 
-/* lock_slow for a send or receive by a task holding no other lock: when c is hot, the task
- * first moves to c's home worker. Waking c's waiters onto its home (wake()) gathers only the
- * tasks that park; tasks that seldom do (100 producers and 100 consumers on a channel of
- * 1024) would otherwise keep running on both cores, fighting for the lock at every packet. */
+/* lock_slow for a send or receive by a task holding no other lock: when a task on another
+ * worker holds c, the caller first moves to c's home worker. Waking c's waiters onto its home
+ * (wake()) gathers only the tasks that park; tasks that seldom do (100 producers and 100
+ * consumers on a channel of 1024) would otherwise keep running on both cores, fighting for the
+ * lock at every packet. A plain thread holding c is no reason to move: tasks that feed one
+ * (a log writer, weft-mqtt's store) are better spread. */
 static __attribute__((noinline)) void lock_contended(weft_chan *c)
 {
+	uint32_t held = atomic_load_explicit(&c->lock, memory_order_relaxed);
 	note_contention(c);
-	sched_move(atomic_load_explicit(&c->home, memory_order_relaxed));
+	if (held >> LOCK_TAG_SHIFT != SCHED_PLAIN_TAG)
+		sched_move(atomic_load_explicit(&c->home, memory_order_relaxed));
 	lock_wait(&c->lock);
 }
 
 static inline bool try_lock(_Atomic uint32_t *l)
 {
 	uint32_t zero = 0;
-	return atomic_compare_exchange_strong_explicit(l, &zero, 1, memory_order_acquire,
+	return atomic_compare_exchange_strong_explicit(l, &zero, held_by_me(), memory_order_acquire,
 						       memory_order_relaxed);
 }
 
@@ -208,7 +224,7 @@ static inline void chan_lock(_Atomic uint32_t *l)
 
 static inline void chan_unlock(_Atomic uint32_t *l)
 {
-	if (atomic_exchange_explicit(l, 0, memory_order_release) == 2)
+	if ((atomic_exchange_explicit(l, 0, memory_order_release) & LOCK_STATE) == LOCK_SLEEPERS)
 		futex_wake(l, 1);
 }
 

@@ -95,6 +95,7 @@ static atomic_bool running;
 _Atomic int64_t sched_coarse_now;
 _Atomic int64_t sched_contended_at;
 __thread struct worker *worker_tls __attribute__((tls_model("initial-exec")));
+__thread uint32_t sched_worker_tag __attribute__((tls_model("initial-exec"))) = SCHED_PLAIN_TAG;
 
 #if !defined(__x86_64__)
 __attribute__((noinline)) struct worker *worker_self(void)
@@ -941,6 +942,7 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 static void worker_enter(struct worker *w)
 {
 	worker_tls = w;
+	sched_worker_tag = (uint32_t)w->id + 1;
 	trace_thread_name("worker %d", w->id);
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); /* sleep until deadlines to the microsecond */
 	affinity_worker(w->id);
@@ -967,6 +969,7 @@ static void worker_leave(struct worker *w)
 	sigaltstack(&ss, NULL);
 	(void)w;
 	worker_tls = NULL;
+	sched_worker_tag = SCHED_PLAIN_TAG;
 }
 
 static void *worker_thread(void *arg)
