@@ -149,19 +149,19 @@ static bool hot(weft_chan *c)
 		       atomic_load_explicit(&c->hot_at, memory_order_relaxed) <= HOT_NS;
 }
 
-/* A worker found c's lock taken: tasks on several cores are using c. The first to notice
- * makes its own worker c's home until c cools down. */
+/* A worker found c's lock taken: tasks on several cores are using c. It becomes hot, with
+ * the worker the scheduler gathers contended channels on as its home. */
 static void note_contention(weft_chan *c)
 {
 	int me = weft_worker_id();
 	if (me < 0)
 		return;
-	if (!hot(c))
-		atomic_store_explicit(&c->home, me, memory_order_relaxed);
+	int home = sched_note_contention(me);
+	if (atomic_load_explicit(&c->home, memory_order_relaxed) != home)
+		atomic_store_explicit(&c->home, home, memory_order_relaxed);
 	int64_t now = atomic_load_explicit(&sched_coarse_now, memory_order_relaxed);
 	if (atomic_load_explicit(&c->hot_at, memory_order_relaxed) != now)
 		atomic_store_explicit(&c->hot_at, now, memory_order_relaxed);
-	sched_note_contention();
 }
 
 enum { LOCK_HELD = 1, LOCK_SLEEPERS = 2, LOCK_STATE = 3, LOCK_TAG_SHIFT = 2 };

@@ -57,7 +57,6 @@
 #define STUCK_NS 10000000   /* a worker on one task this long with work queued is stuck;
 			     * above an OS time slice, so a preempted worker does not count */
 #define STALL_NS 10000      /* see steal() */
-#define CONTENDED_NS 2000000
 #define SPIN_NS 20000       /* an idle worker looks for work up to this long before sleeping */
 #define SPIN_MIN_NS 1250    /* and at least this long: see worker_loop() */
 #define REST_MIN_NS 50000   /* a spin that declined work sleeps this long, */
@@ -94,6 +93,7 @@ static struct {
 static atomic_bool running;
 _Atomic int64_t sched_coarse_now;
 _Atomic int64_t sched_contended_at;
+atomic_int sched_gather_on;
 __thread struct worker *worker_tls __attribute__((tls_model("initial-exec")));
 __thread uint32_t sched_worker_tag __attribute__((tls_model("initial-exec"))) = SCHED_PLAIN_TAG;
 
@@ -659,7 +659,8 @@ static weft_task *steal(struct worker *w, bool take_next)
 	 * fast and moving its tasks here would only make them fight across cores: take only from
 	 * one that has stopped switching. */
 	bool picky = atomic_load_explicit(&sched_coarse_now, memory_order_relaxed) -
-		     atomic_load_explicit(&sched_contended_at, memory_order_relaxed) <= CONTENDED_NS;
+		     atomic_load_explicit(&sched_contended_at, memory_order_relaxed) <=
+			     SCHED_CONTENDED_NS;
 	for (int round = 0; round < STEAL_ROUNDS; round++) {
 		int start = (int)(rnd(w) % (uint32_t)n);
 		for (int i = 0; i < n; i++) {

@@ -118,14 +118,23 @@ uint64_t sched_new_id(struct worker *w);
 extern _Atomic int64_t sched_coarse_now;
 
 /* A channel's lock was found taken by another worker (chan.c): tasks are contending for one
- * object, and spreading them over cores makes them slower, not faster (see steal()). One
- * store per coarse clock tick at most, so the line stays shared. */
+ * object, and spreading them over cores makes them slower, not faster (see steal()). Returns
+ * the worker contended channels gather on: the first to notice contention after a quiet
+ * SCHED_CONTENDED_NS, the same for every channel, so that tasks using several of them (a
+ * pipeline) are not pulled back and forth. One store per coarse clock tick at most, so the
+ * lines stay shared. */
+#define SCHED_CONTENDED_NS 2000000
 extern _Atomic int64_t sched_contended_at;
-static inline void sched_note_contention(void)
+extern atomic_int sched_gather_on;
+static inline int sched_note_contention(int me)
 {
 	int64_t now = atomic_load_explicit(&sched_coarse_now, memory_order_relaxed);
-	if (atomic_load_explicit(&sched_contended_at, memory_order_relaxed) != now)
+	int64_t at = atomic_load_explicit(&sched_contended_at, memory_order_relaxed);
+	if (now - at > SCHED_CONTENDED_NS)
+		atomic_store_explicit(&sched_gather_on, me, memory_order_relaxed);
+	if (at != now)
 		atomic_store_explicit(&sched_contended_at, now, memory_order_relaxed);
+	return atomic_load_explicit(&sched_gather_on, memory_order_relaxed);
 }
 /* Write a line per live task to fd (at most `max`; dump.c). Returns the number of tasks. */
 int dump_tasks(int fd, int max);
