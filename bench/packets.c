@@ -12,6 +12,9 @@
  *  - SWI-Prolog (bench/peers/packets.pl): the seed's message-queue program;
  * the last two only where `go` and `swipl` are installed (a note on stderr otherwise).
  *
+ * Also weft with a second channel in a row (a pipeline: producers, a stage of relay tasks,
+ * consumers), capacity 16, where every packet passes through both.
+ *
  * Rows: packets/s of each (median of REPEAT runs, or of the first two when those took over
  * 4 s; the ms in params), weft's ratio to each baseline (at the default workers and at one),
  * the channel's size in bytes and the allocations per packet during the runs (malloc is
@@ -88,7 +91,7 @@ int posix_memalign(void **p, size_t a, size_t n)
 
 /* ---- weft -------------------------------------------------------------------------------- */
 
-static weft_chan *chan;
+static weft_chan *chan, *chan2; /* chan2: the pipeline's second channel, or NULL */
 static atomic_long received;
 
 static void produce(void *arg)
@@ -102,15 +105,32 @@ static void produce(void *arg)
 static void consume(void *arg)
 {
 	(void)arg;
+	weft_chan *from = chan2 ? chan2 : chan;
 	long packet, n = 0;
 	for (int i = 0; i < PER_TASK; i++)
-		n += weft_chan_take(chan, &packet, sizeof packet) == sizeof packet;
+		n += weft_chan_take(from, &packet, sizeof packet) == sizeof packet;
 	atomic_fetch_add(&received, n);
+}
+
+/* The pipeline's middle stage: from chan to chan2. */
+static void relay(void *arg)
+{
+	(void)arg;
+	long packet;
+	for (int i = 0; i < PER_TASK; i++) {
+		weft_chan_take(chan, &packet, sizeof packet);
+		weft_chan_put(chan2, &packet, sizeof packet);
+	}
 }
 
 static void producers(void *arg)
 {
 	weft_execute(PRODUCERS, produce, arg);
+}
+
+static void relays(void *arg)
+{
+	weft_execute(PRODUCERS, relay, arg);
 }
 
 struct weft_result {
@@ -120,6 +140,7 @@ struct weft_result {
 };
 
 static size_t capacity;
+static bool pipeline; /* two channels in a row, with a stage of relays between them */
 static struct weft_result res;
 
 static int exchange(void *arg)
@@ -131,15 +152,23 @@ static int exchange(void *arg)
 		return -errno;
 	res.chan_allocs = atomic_load(&n_allocs) - a0;
 	res.chan_bytes = atomic_load(&n_bytes) - b0;
+	if (pipeline && !(chan2 = weft_chan_new(capacity, sizeof(long))))
+		return -errno;
 	atomic_store(&received, 0);
 	a0 = atomic_load(&n_allocs);
 	int64_t t0 = bench_now();
 	weft_task *p = weft_spawn(producers, NULL);
+	weft_task *r = pipeline ? weft_spawn(relays, NULL) : NULL;
 	weft_execute(CONSUMERS, consume, NULL);
 	weft_join(p);
+	if (r)
+		weft_join(r);
 	res.ns = (double)(bench_now() - t0);
 	res.run_allocs = atomic_load(&n_allocs) - a0;
 	weft_chan_free(chan);
+	if (chan2)
+		weft_chan_free(chan2);
+	chan2 = NULL;
 	return atomic_load(&received) == PACKETS ? 0 : -EPROTO;
 }
 
@@ -339,6 +368,15 @@ int main(int argc, char **argv)
 		emit_rate(name, w[i][0], i == 0 ? "workers=default target<25ms" : "workers=default");
 		emit_rate(name, w[i][1], "workers=1");
 	}
+	/* Tasks using two channels: both gather on one worker (docs/design.md, hot channels). */
+	bench_progress("packets: weft pipeline, two channels of 16");
+	pipeline = true;
+	struct weft_result pr;
+	double pipe_w = weft_ns(16, NULL, &pr), pipe_1 = weft_ns(16, "1", &pr);
+	pipeline = false;
+	emit_rate("weft pipeline cap=16", pipe_w, "2 channels, 100 tasks per stage, workers=default");
+	emit_rate("weft pipeline cap=16", pipe_1, "2 channels, 100 tasks per stage, workers=1");
+
 	bench_progress("packets: pthreads over the two-semaphore RendezVous");
 	double v[3];
 	for (int k = 0; k < 3; k++)

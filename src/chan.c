@@ -137,6 +137,7 @@ _Static_assert(offsetof(struct weft_chan, slots) == 64, "the hot fields fill one
  * capacity-1024 channel: 50-90 ms -> 16 ms on 2 workers; no cost on one). */
 
 #define LOCK_SPINS 30
+enum { LOCK_HELD = 1, LOCK_SLEEPERS = 2, LOCK_STATE = 3, LOCK_TAG_SHIFT = 2 };
 
 /* The lock is at the start of the channel, so lock_slow can tell which channel is contended. */
 _Static_assert(offsetof(struct weft_chan, lock) == 0, "lock first");
@@ -149,12 +150,13 @@ static bool hot(weft_chan *c)
 		       atomic_load_explicit(&c->hot_at, memory_order_relaxed) <= HOT_NS;
 }
 
-/* A worker found c's lock taken: tasks on several cores are using c. It becomes hot, with
- * the worker the scheduler gathers contended channels on as its home. */
-static void note_contention(weft_chan *c)
+/* A worker found c's lock taken, by `held` (the lock word): unless a plain thread holds it,
+ * tasks on several cores are using c. It becomes hot, with the worker the scheduler gathers
+ * contended channels on as its home. */
+static void note_contention(weft_chan *c, uint32_t held)
 {
 	int me = weft_worker_id();
-	if (me < 0)
+	if (me < 0 || held >> LOCK_TAG_SHIFT == SCHED_PLAIN_TAG)
 		return;
 	int home = sched_note_contention(me);
 	if (atomic_load_explicit(&c->home, memory_order_relaxed) != home)
@@ -163,8 +165,6 @@ static void note_contention(weft_chan *c)
 	if (atomic_load_explicit(&c->hot_at, memory_order_relaxed) != now)
 		atomic_store_explicit(&c->hot_at, now, memory_order_relaxed);
 }
-
-enum { LOCK_HELD = 1, LOCK_SLEEPERS = 2, LOCK_STATE = 3, LOCK_TAG_SHIFT = 2 };
 
 static inline uint32_t held_by_me(void)
 {
@@ -190,7 +190,7 @@ static __attribute__((noinline)) void lock_wait(_Atomic uint32_t *l)
 
 static __attribute__((noinline)) void lock_slow(_Atomic uint32_t *l)
 {
-	note_contention((weft_chan *)l);
+	note_contention((weft_chan *)l, atomic_load_explicit(l, memory_order_relaxed));
 	lock_wait(l);
 }
 
@@ -203,7 +203,7 @@ static __attribute__((noinline)) void lock_slow(_Atomic uint32_t *l)
 static __attribute__((noinline)) void lock_contended(weft_chan *c)
 {
 	uint32_t held = atomic_load_explicit(&c->lock, memory_order_relaxed);
-	note_contention(c);
+	note_contention(c, held);
 	if (held >> LOCK_TAG_SHIFT != SCHED_PLAIN_TAG)
 		sched_move(atomic_load_explicit(&c->home, memory_order_relaxed));
 	lock_wait(&c->lock);
