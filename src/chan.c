@@ -127,9 +127,9 @@ _Static_assert(offsetof(struct weft_chan, slots) == 64, "the hot fields fill one
 
 /* ---- the channel lock (chan_lock) ---------------------------------------------------------
  * A spinlock that sleeps on a futex once it has stayed taken for about a microsecond:
- * Drepper's mutex, like Go's runtime lock. 0 free; held: 1, or 2 when somebody may sleep, in
- * the low bits, and above them the holder's sched_worker_tag (its worker, or a plain thread;
- * 0 once a sleeper has marked the lock), which tells a contender who it is fighting.
+ * Drepper's mutex, like Go's runtime lock. 0 free, LOCK_HELD held, LOCK_SLEEPERS held and
+ * somebody may sleep; LOCK_BY_THREAD beside LOCK_HELD says a plain thread holds it, which tells
+ * a contending task it is not fighting another task (see lock_contended).
  * Critical sections are a few dozen instructions and never park, so the spin nearly always
  * wins. But when two workers hammer one channel, the line crossing cores on each operation
  * costs more than the operation (160 ns one way on a 2-core CI machine); letting the loser
@@ -137,10 +137,7 @@ _Static_assert(offsetof(struct weft_chan, slots) == 64, "the hot fields fill one
  * capacity-1024 channel: 50-90 ms -> 16 ms on 2 workers; no cost on one). */
 
 #define LOCK_SPINS 30
-enum { LOCK_HELD = 1, LOCK_SLEEPERS = 2, LOCK_STATE = 3, LOCK_TAG_SHIFT = 2 };
-
-/* The lock is at the start of the channel, so lock_slow can tell which channel is contended. */
-_Static_assert(offsetof(struct weft_chan, lock) == 0, "lock first");
+enum { LOCK_HELD = 1, LOCK_SLEEPERS = 2, LOCK_STATE = 3, LOCK_BY_THREAD = 4 };
 
 #define HOT_NS 2000000 /* a channel contended this recently is hot */
 
@@ -150,15 +147,18 @@ static bool hot(weft_chan *c)
 		       atomic_load_explicit(&c->hot_at, memory_order_relaxed) <= HOT_NS;
 }
 
-/* A worker found c's lock taken, by `held` (the lock word): unless a plain thread holds it,
- * tasks on several cores are using c. It becomes hot, with the worker the scheduler gathers
- * contended channels on as its home. */
-static void note_contention(weft_chan *c, uint32_t held)
+/* A task found c's lock word `held`: does another task hold it (not a plain thread, and not
+ * unknown because a sleeper has marked it)? Then tasks on two cores are fighting over c. */
+static inline bool task_holds(uint32_t held)
 {
-	int me = weft_worker_id();
-	if (me < 0 || held >> LOCK_TAG_SHIFT == SCHED_PLAIN_TAG)
-		return;
-	int home = sched_note_contention(me);
+	return held == LOCK_HELD && sched_on_worker;
+}
+
+/* Tasks on several cores are using c: it becomes hot, with the worker the scheduler gathers
+ * contended channels on as its home. */
+static void note_contention(weft_chan *c)
+{
+	int home = sched_note_contention(weft_worker_id());
 	if (atomic_load_explicit(&c->home, memory_order_relaxed) != home)
 		atomic_store_explicit(&c->home, home, memory_order_relaxed);
 	int64_t now = atomic_load_explicit(&sched_coarse_now, memory_order_relaxed);
@@ -168,12 +168,10 @@ static void note_contention(weft_chan *c, uint32_t held)
 
 static inline uint32_t held_by_me(void)
 {
-	return LOCK_HELD | sched_worker_tag << LOCK_TAG_SHIFT;
+	return sched_on_worker ? LOCK_HELD : LOCK_HELD | LOCK_BY_THREAD;
 }
 
-/* Not inlined: it runs after lock_contended may have moved the task to another thread, and
- * must read that thread's tag. */
-static __attribute__((noinline)) void lock_wait(_Atomic uint32_t *l)
+static void lock_wait(_Atomic uint32_t *l)
 {
 	uint32_t me = held_by_me();
 	for (int i = 0; i < LOCK_SPINS; i++) {
@@ -188,38 +186,38 @@ static __attribute__((noinline)) void lock_wait(_Atomic uint32_t *l)
 		futex_wait(l, LOCK_SLEEPERS, INT64_MAX);
 }
 
-static __attribute__((noinline)) void lock_slow(_Atomic uint32_t *l)
+/* The lock was found as `held`. A task that finds another task holding it may first move to
+ * c's home worker, when the caller allows (may_move: a send or receive that may wait, by a
+ * task holding no other lock). Waking c's waiters onto its home (wake()) gathers only the
+ * tasks that park; tasks that seldom do (100 producers and 100 consumers on a channel of 1024)
+ * would otherwise keep running on both cores, fighting for the lock at every packet. A plain
+ * thread holding c is no reason to move: tasks that feed one (a log writer, weft-mqtt's store)
+ * are better spread. offer and poll never move: a task moves only at calls that may block
+ * (weft.h). */
+static __attribute__((noinline)) void lock_slow(weft_chan *c, uint32_t held, bool may_move)
 {
-	note_contention((weft_chan *)l, atomic_load_explicit(l, memory_order_relaxed));
-	lock_wait(l);
-}
-
-/* lock_slow for a send or receive by a task holding no other lock: when a task on another
- * worker holds c, the caller first moves to c's home worker. Waking c's waiters onto its home
- * (wake()) gathers only the tasks that park; tasks that seldom do (100 producers and 100
- * consumers on a channel of 1024) would otherwise keep running on both cores, fighting for the
- * lock at every packet. A plain thread holding c is no reason to move: tasks that feed one
- * (a log writer, weft-mqtt's store) are better spread. */
-static __attribute__((noinline)) void lock_contended(weft_chan *c)
-{
-	uint32_t held = atomic_load_explicit(&c->lock, memory_order_relaxed);
-	note_contention(c, held);
-	if (held >> LOCK_TAG_SHIFT != SCHED_PLAIN_TAG)
-		sched_move(atomic_load_explicit(&c->home, memory_order_relaxed));
+	if (task_holds(held)) {
+		note_contention(c);
+		if (may_move)
+			sched_move(atomic_load_explicit(&c->home, memory_order_relaxed));
+	}
 	lock_wait(&c->lock);
 }
 
-static inline bool try_lock(_Atomic uint32_t *l)
+/* 0 when taken, else the lock word that stopped us. */
+static inline uint32_t try_lock(_Atomic uint32_t *l)
 {
-	uint32_t zero = 0;
-	return atomic_compare_exchange_strong_explicit(l, &zero, held_by_me(), memory_order_acquire,
-						       memory_order_relaxed);
+	uint32_t seen = 0;
+	atomic_compare_exchange_strong_explicit(l, &seen, held_by_me(), memory_order_acquire,
+						memory_order_relaxed);
+	return seen;
 }
 
-static inline void chan_lock(_Atomic uint32_t *l)
+static inline void chan_lock(weft_chan *c)
 {
-	if (!try_lock(l))
-		lock_slow(l);
+	uint32_t held = try_lock(&c->lock);
+	if (held)
+		lock_slow(c, held, false);
 }
 
 static inline void chan_unlock(_Atomic uint32_t *l)
@@ -299,7 +297,7 @@ static void leave(struct waiter *n, struct waitq *q)
 {
 	if (!atomic_load_explicit(&n->queued, memory_order_acquire))
 		return;
-	chan_lock(&n->c->lock);
+	chan_lock(n->c);
 	if (atomic_load_explicit(&n->queued, memory_order_relaxed)) {
 		unlink_node(q, n);
 		atomic_store_explicit(&n->queued, false, memory_order_relaxed);
@@ -523,8 +521,9 @@ static int chan_send(weft_chan *c, const void *p, size_t len, int64_t deadline)
 	if (len > c->psize)
 		return -EMSGSIZE;
 	struct waiter *wk = NULL;
-	if (!try_lock(&c->lock))
-		lock_contended(c);
+	uint32_t held = try_lock(&c->lock);
+	if (held)
+		lock_slow(c, held, deadline != NOWAIT);
 	int r = send_now(c, p, len, &wk);
 	if (r == -EAGAIN)
 		return wait_for(c, true, p, NULL, len, deadline);
@@ -539,8 +538,9 @@ static int chan_recv(weft_chan *c, void *buf, size_t cap, int64_t deadline)
 	if (!c || (!buf && cap))
 		return -EINVAL;
 	struct waiter *wk = NULL;
-	if (!try_lock(&c->lock))
-		lock_contended(c);
+	uint32_t held = try_lock(&c->lock);
+	if (held)
+		lock_slow(c, held, deadline != NOWAIT);
 	int r = recv_now(c, buf, cap, &wk);
 	if (r == -EAGAIN)
 		return wait_for(c, false, NULL, buf, cap, deadline);
@@ -631,7 +631,7 @@ void weft_chan_close(weft_chan *c)
 	if (!c)
 		return;
 	struct waiter *woken = NULL, *n;
-	chan_lock(&c->lock);
+	chan_lock(c);
 	if (!c->closed) {
 		c->closed = true;
 		while ((n = claim_first(&c->recvq)) || (n = claim_first(&c->sendq))) {
@@ -658,7 +658,7 @@ void weft_chan_free(weft_chan *c)
 {
 	if (!c)
 		return;
-	chan_lock(&c->lock);
+	chan_lock(c);
 	size_t n = queue_len(&c->sendq) + queue_len(&c->recvq);
 	chan_unlock(&c->lock);
 	if (n) {
@@ -683,7 +683,7 @@ size_t weft_chan_len(weft_chan *c)
 {
 	if (!c)
 		return 0;
-	chan_lock(&c->lock);
+	chan_lock(c);
 	size_t n = c->count;
 	chan_unlock(&c->lock);
 	return n;
@@ -693,7 +693,7 @@ size_t weft_chan_waiting(weft_chan *c)
 {
 	if (!c)
 		return 0;
-	chan_lock(&c->lock);
+	chan_lock(c);
 	size_t n = queue_len(&c->sendq) + queue_len(&c->recvq);
 	chan_unlock(&c->lock);
 	return n;
@@ -737,7 +737,7 @@ static int lock_order(const weft_select_case *k, int n, weft_chan **order)
 static void lock_all(weft_chan **order, int m)
 {
 	for (int i = 0; i < m; i++)
-		chan_lock(&order[i]->lock);
+		chan_lock(order[i]);
 }
 
 static void unlock_all(weft_chan **order, int m)

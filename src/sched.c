@@ -95,7 +95,7 @@ _Atomic int64_t sched_coarse_now;
 _Atomic int64_t sched_contended_at;
 atomic_int sched_gather_on;
 __thread struct worker *worker_tls __attribute__((tls_model("initial-exec")));
-__thread uint32_t sched_worker_tag __attribute__((tls_model("initial-exec"))) = SCHED_PLAIN_TAG;
+__thread bool sched_on_worker __attribute__((tls_model("initial-exec")));
 
 #if !defined(__x86_64__)
 __attribute__((noinline)) struct worker *worker_self(void)
@@ -663,7 +663,10 @@ static bool gathering(void)
  * overflow goes there too (a full ring spills half of itself): another worker taking it would
  * only spread them again, so it leaves the queue to that worker, which looks at it every
  * GLOBAL_EVERY switches, unless that worker has stalled (a 2-stage pipeline of 100 tasks per
- * stage on two workers: 120 ms against 35 ms on one). */
+ * stage on two workers: 120 ms against 35 ms on one). Leaving only long queues (a spill's
+ * length) is not enough: the gathering worker takes a fair share, and the rest spreads (100
+ * ms). The price: a task woken by a plain thread meanwhile waits for the gathering worker's
+ * next look, up to GLOBAL_EVERY task runs of 10 us (a longer one counts as a stall). */
 static weft_task *global_take(struct worker *w)
 {
 	if (!atomic_load_explicit(&S.gq_n, memory_order_relaxed))
@@ -944,6 +947,7 @@ static void worker_loop(struct worker *w)
 		if (spin_since && w->spin_ns < SPIN_NS)
 			w->spin_ns *= 2;
 		w->rest_ns = REST_MIN_NS;
+		w->declined = false;
 		spin_since = 0;
 		if (w->spinning)
 			stop_spinning(w);
@@ -966,7 +970,7 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 static void worker_enter(struct worker *w)
 {
 	worker_tls = w;
-	sched_worker_tag = (uint32_t)w->id + 1;
+	sched_on_worker = true;
 	trace_thread_name("worker %d", w->id);
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); /* sleep until deadlines to the microsecond */
 	affinity_worker(w->id);
@@ -993,7 +997,7 @@ static void worker_leave(struct worker *w)
 	sigaltstack(&ss, NULL);
 	(void)w;
 	worker_tls = NULL;
-	sched_worker_tag = SCHED_PLAIN_TAG;
+	sched_on_worker = false;
 }
 
 static void *worker_thread(void *arg)

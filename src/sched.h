@@ -83,11 +83,10 @@ static inline void counter_inc(_Atomic int64_t *c)
 			      memory_order_relaxed);
 }
 
-/* The calling thread's worker id + 1, or SCHED_PLAIN_TAG on a plain thread: a lock can record
- * who holds it in one load (chan.c). A task may resume on another thread after any switch, so
- * read it only between switches, never across one. */
-#define SCHED_PLAIN_TAG 0xffffu
-extern __thread uint32_t sched_worker_tag __attribute__((tls_model("initial-exec")));
+/* Whether the calling thread is a weft worker (a task runs on one), for locks that record
+ * whether a plain thread holds them (chan.c): one load, where worker_self() is a call on some
+ * targets. */
+extern __thread bool sched_on_worker __attribute__((tls_model("initial-exec")));
 
 /* Make a parked or new task runnable: onto the calling worker's `next` slot (it runs right
  * after the caller), or the global queue when called from a plain thread. */
