@@ -129,7 +129,7 @@ _Static_assert(offsetof(struct weft_chan, slots) == 64, "the hot fields fill one
  * A spinlock that sleeps on a futex once it has stayed taken for about a microsecond:
  * Drepper's mutex, like Go's runtime lock. 0 free, LOCK_HELD held, LOCK_SLEEPERS held and
  * somebody may sleep; LOCK_BY_THREAD beside LOCK_HELD says a plain thread holds it, which tells
- * a contending task it is not fighting another task (see lock_contended).
+ * a contending task it is not fighting another task (see lock_slow).
  * Critical sections are a few dozen instructions and never park, so the spin nearly always
  * wins. But when two workers hammer one channel, the line crossing cores on each operation
  * costs more than the operation (160 ns one way on a 2-core CI machine); letting the loser
@@ -147,9 +147,10 @@ static bool hot(weft_chan *c)
 		       atomic_load_explicit(&c->hot_at, memory_order_relaxed) <= HOT_NS;
 }
 
-/* A task found c's lock word `held`: does another task hold it (not a plain thread, and not
- * unknown because a sleeper has marked it)? Then tasks on two cores are fighting over c. */
-static inline bool task_holds(uint32_t held)
+/* The caller found c's lock word `held`: is it a task, and does another task hold c (not a
+ * plain thread, and not unknown because a sleeper has marked it)? Then tasks on two cores are
+ * fighting over c. */
+static inline bool tasks_fight(uint32_t held)
 {
 	return held == LOCK_HELD && sched_on_worker;
 }
@@ -196,7 +197,7 @@ static void lock_wait(_Atomic uint32_t *l)
  * (weft.h). */
 static __attribute__((noinline)) void lock_slow(weft_chan *c, uint32_t held, bool may_move)
 {
-	if (task_holds(held)) {
+	if (tasks_fight(held)) {
 		note_contention(c);
 		if (may_move)
 			sched_move(atomic_load_explicit(&c->home, memory_order_relaxed));
@@ -213,11 +214,12 @@ static inline uint32_t try_lock(_Atomic uint32_t *l)
 	return seen;
 }
 
-static inline void chan_lock(weft_chan *c)
+/* may_move: see lock_slow. */
+static inline void chan_lock(weft_chan *c, bool may_move)
 {
 	uint32_t held = try_lock(&c->lock);
 	if (held)
-		lock_slow(c, held, false);
+		lock_slow(c, held, may_move);
 }
 
 static inline void chan_unlock(_Atomic uint32_t *l)
@@ -297,7 +299,7 @@ static void leave(struct waiter *n, struct waitq *q)
 {
 	if (!atomic_load_explicit(&n->queued, memory_order_acquire))
 		return;
-	chan_lock(n->c);
+	chan_lock(n->c, false);
 	if (atomic_load_explicit(&n->queued, memory_order_relaxed)) {
 		unlink_node(q, n);
 		atomic_store_explicit(&n->queued, false, memory_order_relaxed);
@@ -521,9 +523,7 @@ static int chan_send(weft_chan *c, const void *p, size_t len, int64_t deadline)
 	if (len > c->psize)
 		return -EMSGSIZE;
 	struct waiter *wk = NULL;
-	uint32_t held = try_lock(&c->lock);
-	if (held)
-		lock_slow(c, held, deadline != NOWAIT);
+	chan_lock(c, deadline != NOWAIT);
 	int r = send_now(c, p, len, &wk);
 	if (r == -EAGAIN)
 		return wait_for(c, true, p, NULL, len, deadline);
@@ -538,9 +538,7 @@ static int chan_recv(weft_chan *c, void *buf, size_t cap, int64_t deadline)
 	if (!c || (!buf && cap))
 		return -EINVAL;
 	struct waiter *wk = NULL;
-	uint32_t held = try_lock(&c->lock);
-	if (held)
-		lock_slow(c, held, deadline != NOWAIT);
+	chan_lock(c, deadline != NOWAIT);
 	int r = recv_now(c, buf, cap, &wk);
 	if (r == -EAGAIN)
 		return wait_for(c, false, NULL, buf, cap, deadline);
@@ -631,7 +629,7 @@ void weft_chan_close(weft_chan *c)
 	if (!c)
 		return;
 	struct waiter *woken = NULL, *n;
-	chan_lock(c);
+	chan_lock(c, false);
 	if (!c->closed) {
 		c->closed = true;
 		while ((n = claim_first(&c->recvq)) || (n = claim_first(&c->sendq))) {
@@ -658,7 +656,7 @@ void weft_chan_free(weft_chan *c)
 {
 	if (!c)
 		return;
-	chan_lock(c);
+	chan_lock(c, false);
 	size_t n = queue_len(&c->sendq) + queue_len(&c->recvq);
 	chan_unlock(&c->lock);
 	if (n) {
@@ -683,7 +681,7 @@ size_t weft_chan_len(weft_chan *c)
 {
 	if (!c)
 		return 0;
-	chan_lock(c);
+	chan_lock(c, false);
 	size_t n = c->count;
 	chan_unlock(&c->lock);
 	return n;
@@ -693,7 +691,7 @@ size_t weft_chan_waiting(weft_chan *c)
 {
 	if (!c)
 		return 0;
-	chan_lock(c);
+	chan_lock(c, false);
 	size_t n = queue_len(&c->sendq) + queue_len(&c->recvq);
 	chan_unlock(&c->lock);
 	return n;
@@ -737,7 +735,7 @@ static int lock_order(const weft_select_case *k, int n, weft_chan **order)
 static void lock_all(weft_chan **order, int m)
 {
 	for (int i = 0; i < m; i++)
-		chan_lock(order[i]);
+		chan_lock(order[i], false);
 }
 
 static void unlock_all(weft_chan **order, int m)

@@ -23,6 +23,9 @@
  *    work runnable wakes a sleeping worker only when none is spinning (wake_idle). A worker
  *    going to sleep first puts itself on the idle list, then looks once more for work, so a
  *    task queued in between is not stranded.
+ *  - Contended channels gather on one worker (chan.c, sched_note_contention): their waiters are
+ *    woken there and their tasks move there (sched_move); meanwhile idle workers leave that
+ *    worker's queue alone unless it stalls, and rest (rest()) rather than spin beside it.
  *  - Deadlock: when every worker sleeps with no deadline pending, tasks are alive, and no
  *    thread outside weft could wake them, weft prints the blocked tasks and aborts.
  */
@@ -927,6 +930,7 @@ static void worker_loop(struct worker *w)
 			if (!spin_since)
 				spin_since = now;
 			int64_t due = atomic_load_explicit(&w->timers.first, memory_order_relaxed);
+			/* after a rest: long enough to tell a stalled worker (steal()) */
 			int64_t spin = w->rest_ns > REST_MIN_NS ? 2 * STALL_NS : w->spin_ns;
 			if ((w->spinning && now - spin_since < spin) || due - now < TIMER_SPIN_NS) {
 				if (!poll_now(SPIN_POLL_NS))
