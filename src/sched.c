@@ -1051,6 +1051,7 @@ static void start_spare(void)
 	/* Counted before it runs: it must never be idle without being one of S.n (the deadlock
 	 * check compares the two). Its queues are empty until then. */
 	w->started = true;
+	w->seen_since = weft_now(); /* for the monitor, which alone calls this */
 	atomic_store_explicit(&S.n, n + 1, memory_order_release);
 	if (pthread_create(&w->thread, NULL, worker_thread, w) != 0) {
 		w->started = false;
@@ -1126,6 +1127,16 @@ static bool rescue(struct worker *w, int64_t now)
 	return true;
 }
 
+/* Time stuck counts from now: at the monitor's start (before it, the workers were starting,
+ * not stuck: counted from 0, worker 0 with the main task queued looked stuck at the first look,
+ * and on a slow machine got a spare) and after it slept. */
+static void monitor_start_clocks(void)
+{
+	int64_t now = weft_now();
+	for (int i = 0; i < atomic_load(&S.n); i++)
+		S.w[i]->seen_since = now;
+}
+
 /* With every worker asleep nothing can be stuck: the monitor sleeps too, so that an idle
  * program takes no wake-ups at all, until a worker leaves idle() (monitor_resume). The flag
  * is set before the last look at nidle, and a worker clears it after leaving the idle list
@@ -1136,9 +1147,7 @@ static void monitor_pause(void)
 	if (atomic_load(&S.nidle) == atomic_load(&S.n) && !atomic_load(&S.stop))
 		futex_wait(&S.monitor_off, 1, INT64_MAX);
 	atomic_store(&S.monitor_off, 0);
-	int64_t now = weft_now(); /* the time asleep is nobody's time stuck */
-	for (int i = 0; i < atomic_load(&S.n); i++)
-		S.w[i]->seen_since = now;
+	monitor_start_clocks(); /* the time asleep is nobody's time stuck */
 }
 
 static void monitor_resume(void)
@@ -1151,6 +1160,7 @@ static void *monitor(void *arg)
 {
 	(void)arg;
 	weft_unpin(); /* started by worker 0: its CPU set (affinity.c) */
+	monitor_start_clocks();
 	while (!atomic_load(&S.stop)) {
 		if (atomic_load(&S.nidle) == atomic_load(&S.n))
 			monitor_pause();
