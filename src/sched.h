@@ -100,7 +100,7 @@ void sched_ready_batch(weft_task *const *v, int n);
  * From `home` itself, or a plain thread, the same as sched_ready. */
 void sched_ready_on(weft_task *t, int home);
 /* Move the calling task to worker `to`: it carries on there once `to` gets to it (see chan.c's
- * lock_contended). No-op on a plain thread, on `to` itself, or for a worker that is not running. */
+ * lock_slow). No-op on a plain thread, on `to` itself, or for a worker that is not running. */
 void sched_move(int to);
 /* Switch away from the current task, which has published itself somewhere a waker will find
  * it (see wait.h). Returns when it is made runnable again and scheduled. */
@@ -116,10 +116,10 @@ uint64_t sched_new_id(struct worker *w);
  * times in the dump) only need it roughly. */
 extern _Atomic int64_t sched_coarse_now;
 
-/* A channel's lock was found taken by another worker (chan.c): tasks are contending for one
- * object, and spreading them over cores makes them slower, not faster (see steal()). Returns
- * the worker contended channels gather on: the first to notice contention after a quiet
- * SCHED_CONTENDED_NS, the same for every channel, so that tasks using several of them (a
+/* A channel's lock was found taken by a task on another worker (chan.c): tasks are contending
+ * for one object, and spreading them over cores makes them slower, not faster (see steal()).
+ * Returns the worker contended channels gather on: the first to notice contention after a
+ * quiet SCHED_CONTENDED_NS, the same for every channel, so that tasks using several of them (a
  * pipeline) are not pulled back and forth. One store per coarse clock tick at most, so the
  * lines stay shared. */
 #define SCHED_CONTENDED_NS 2000000
