@@ -118,7 +118,6 @@ struct weft_chan {
 	size_t stride;           /* bytes per slot: the length word, then the packet */
 	char name[32];           /* for dumps (weft_chan_set_name) */
 	_Atomic int64_t hot_at;  /* coarse time its lock was last found taken: see wake() */
-	atomic_int home;         /* the worker its waiters are woken onto while it is hot */
 };
 
 _Static_assert(offsetof(struct weft_chan, slots) == 64, "the hot fields fill one line");
@@ -152,16 +151,14 @@ static bool hot(weft_chan *c)
  * fighting over c. */
 static inline bool tasks_fight(uint32_t held)
 {
-	return held == LOCK_HELD && sched_on_worker;
+	return held == LOCK_HELD && sched_on_a_worker();
 }
 
-/* Tasks on several cores are using c: it becomes hot, with the worker the scheduler gathers
- * contended channels on as its home. */
+/* Tasks on several cores are using c: it becomes hot, its home the worker the scheduler
+ * gathers contended channels on (sched_gather_worker). */
 static void note_contention(weft_chan *c)
 {
-	int home = sched_note_contention(weft_worker_id());
-	if (atomic_load_explicit(&c->home, memory_order_relaxed) != home)
-		atomic_store_explicit(&c->home, home, memory_order_relaxed);
+	sched_note_contention(weft_worker_id());
 	int64_t now = atomic_load_explicit(&sched_coarse_now, memory_order_relaxed);
 	if (atomic_load_explicit(&c->hot_at, memory_order_relaxed) != now)
 		atomic_store_explicit(&c->hot_at, now, memory_order_relaxed);
@@ -169,7 +166,7 @@ static void note_contention(weft_chan *c)
 
 static inline uint32_t held_by_me(void)
 {
-	return sched_on_worker ? LOCK_HELD : LOCK_HELD | LOCK_BY_THREAD;
+	return sched_on_a_worker() ? LOCK_HELD : LOCK_HELD | LOCK_BY_THREAD;
 }
 
 static void lock_wait(_Atomic uint32_t *l)
@@ -200,7 +197,7 @@ static __attribute__((noinline)) void lock_slow(weft_chan *c, uint32_t held, boo
 	if (tasks_fight(held)) {
 		note_contention(c);
 		if (may_move)
-			sched_move(atomic_load_explicit(&c->home, memory_order_relaxed));
+			sched_move(sched_gather_worker());
 	}
 	lock_wait(&c->lock);
 }
@@ -472,7 +469,7 @@ static inline void wake(weft_chan *c, struct waiter *n, int result)
 	struct wait *w = n->w;
 	*n->won = n;
 	if (__builtin_expect(hot(c), 0))
-		wait_finish_on(w, result, atomic_load_explicit(&c->home, memory_order_relaxed));
+		wait_finish_on(w, result, sched_gather_worker());
 	else
 		wait_finish(w, result);
 }

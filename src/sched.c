@@ -98,7 +98,6 @@ _Atomic int64_t sched_coarse_now;
 _Atomic int64_t sched_contended_at;
 atomic_int sched_gather_on;
 __thread struct worker *worker_tls __attribute__((tls_model("initial-exec")));
-__thread bool sched_on_worker __attribute__((tls_model("initial-exec")));
 
 #if !defined(__x86_64__)
 __attribute__((noinline)) struct worker *worker_self(void)
@@ -814,20 +813,40 @@ static void check_deadlock(void)
 }
 
 
-static void add_idle(struct worker *w, int64_t ns)
+/* Before a sleep: no longer one of the spinners (a waker may make it spin again). */
+static void quit_spinning(struct worker *w)
 {
-	atomic_store_explicit(&w->idle_ns, atomic_load_explicit(&w->idle_ns, memory_order_relaxed) + ns,
-			      memory_order_relaxed);
+	if (w->spinning) {
+		w->spinning = false;
+		atomic_fetch_sub(&S.nspinning, 1);
+	}
+}
+
+/* When a sleeping w must be up: TIMER_SPIN_NS before its earliest deadline (INT64_MAX: none). */
+static int64_t wake_by(struct worker *w)
+{
+	int64_t first = atomic_load(&w->timers.first);
+	return first == INT64_MAX ? first : first - TIMER_SPIN_NS;
+}
+
+/* Sleep in epoll (the poller) or on w's futex word until `until`, counted as idle time. */
+static void sleep_until(struct worker *w, bool poller, int64_t until)
+{
+	int64_t slept = weft_now();
+	trace_idle(true);
+	if (poller)
+		poll_run(until);
+	else
+		futex_wait(&w->wake_word, 0, until);
+	trace_idle(false);
+	atomic_store_explicit(&w->idle_ns, atomic_load_explicit(&w->idle_ns, memory_order_relaxed) +
+				      weft_now() - slept, memory_order_relaxed);
 }
 
 /* Nothing to do: sleep until woken or until w's earliest deadline. */
 static void idle(struct worker *w)
 {
-	/* Stop spinning before joining the idle list: from then on a waker may make us spin. */
-	if (w->spinning) {
-		w->spinning = false;
-		atomic_fetch_sub(&S.nspinning, 1);
-	}
+	quit_spinning(w); /* before joining the idle list */
 	/* While tasks wait on fds, one idle worker sleeps in epoll rather than on its futex. */
 	bool poller = poll_waiters() > 0 && !atomic_exchange(&S.polling, true);
 	pthread_mutex_lock(&S.idle_lock);
@@ -838,23 +857,14 @@ static void idle(struct worker *w)
 	atomic_store(&w->wake_word, 0);
 	atomic_fetch_add(&S.nidle, 1);
 	pthread_mutex_unlock(&S.idle_lock);
-	int64_t deadline = atomic_load(&w->timers.first);
-	if (deadline != INT64_MAX)
-		deadline -= TIMER_SPIN_NS;
+	int64_t deadline = wake_by(w);
 	if (!work_anywhere() && !atomic_load(&S.stop)) {
 		if (deadline == INT64_MAX && !poller) {
 			pthread_mutex_lock(&S.idle_lock);
 			check_deadlock();
 			pthread_mutex_unlock(&S.idle_lock);
 		}
-		int64_t slept = weft_now();
-		trace_idle(true);
-		if (poller)
-			poll_run(deadline);
-		else
-			futex_wait(&w->wake_word, 0, deadline);
-		trace_idle(false);
-		add_idle(w, weft_now() - slept);
+		sleep_until(w, poller, deadline);
 	} else if (poller) {
 		poll_run(0);
 	}
@@ -884,23 +894,12 @@ static void idle(struct worker *w)
  */
 static void rest(struct worker *w)
 {
-	if (w->spinning) {
-		w->spinning = false;
-		atomic_fetch_sub(&S.nspinning, 1);
-	}
-	int64_t until = weft_now() + w->rest_ns;
-	int64_t due = atomic_load(&w->timers.first);
-	if (due != INT64_MAX && due - TIMER_SPIN_NS < until)
-		until = due - TIMER_SPIN_NS;
+	quit_spinning(w);
+	int64_t until = weft_now() + w->rest_ns, due = wake_by(w);
 	atomic_store(&w->wake_word, 0);
 	atomic_store(&w->resting, true);
-	if (!atomic_load(&w->inbox) && !atomic_load(&S.stop)) {
-		int64_t slept = weft_now();
-		trace_idle(true);
-		futex_wait(&w->wake_word, 0, until);
-		trace_idle(false);
-		add_idle(w, weft_now() - slept);
-	}
+	if (!atomic_load(&w->inbox) && !atomic_load(&S.stop))
+		sleep_until(w, false, until < due ? until : due);
 	atomic_store(&w->resting, false);
 	if (w->rest_ns < REST_MAX_NS)
 		w->rest_ns *= 2;
@@ -974,7 +973,6 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 static void worker_enter(struct worker *w)
 {
 	worker_tls = w;
-	sched_on_worker = true;
 	trace_thread_name("worker %d", w->id);
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); /* sleep until deadlines to the microsecond */
 	affinity_worker(w->id);
@@ -1001,7 +999,6 @@ static void worker_leave(struct worker *w)
 	sigaltstack(&ss, NULL);
 	(void)w;
 	worker_tls = NULL;
-	sched_on_worker = false;
 }
 
 static void *worker_thread(void *arg)

@@ -66,8 +66,8 @@ struct worker {
  * read is one %fs-relative load, which the compiler cannot move across the switch (an opaque
  * call); elsewhere the compiler may keep a thread pointer in a register across calls, so the
  * read goes through a function that is never inlined. */
-#if defined(__x86_64__)
 extern __thread struct worker *worker_tls __attribute__((tls_model("initial-exec")));
+#if defined(__x86_64__)
 static inline struct worker *worker_self(void)
 {
 	return worker_tls;
@@ -76,6 +76,14 @@ static inline struct worker *worker_self(void)
 struct worker *worker_self(void);
 #endif
 
+/* Whether the caller runs on a worker (is a task), in one load on every target: a thread
+ * pointer kept from before a switch reads another worker's variable, which gives the same
+ * answer (for locks that record whether a plain thread holds them, chan.c). */
+static inline bool sched_on_a_worker(void)
+{
+	return worker_tls != NULL;
+}
+
 /* A counter only its worker writes: a plain increment, atomic for other readers. */
 static inline void counter_inc(_Atomic int64_t *c)
 {
@@ -83,10 +91,6 @@ static inline void counter_inc(_Atomic int64_t *c)
 			      memory_order_relaxed);
 }
 
-/* Whether the calling thread is a weft worker (a task runs on one), for locks that record
- * whether a plain thread holds them (chan.c): one load, where worker_self() is a call on some
- * targets. */
-extern __thread bool sched_on_worker __attribute__((tls_model("initial-exec")));
 
 /* Make a parked or new task runnable: onto the calling worker's `next` slot (it runs right
  * after the caller), or the global queue when called from a plain thread. */
@@ -116,16 +120,20 @@ uint64_t sched_new_id(struct worker *w);
  * times in the dump) only need it roughly. */
 extern _Atomic int64_t sched_coarse_now;
 
-/* A channel's lock was found taken by a task on another worker (chan.c): tasks are contending
- * for one object, and spreading them over cores makes them slower, not faster (see steal()).
- * Returns the worker contended channels gather on: the first to notice contention after a
- * quiet SCHED_CONTENDED_NS, the same for every channel, so that tasks using several of them (a
- * pipeline) are not pulled back and forth. One store per coarse clock tick at most, so the
- * lines stay shared. */
+/* Tasks contend for channels: sched_note_contention says so when a task finds a channel's lock
+ * taken by a task on another worker (chan.c). Spreading such tasks over cores makes them
+ * slower, not faster (see steal()), so they gather on one worker, sched_gather_worker(): the
+ * first to notice contention after a quiet SCHED_CONTENDED_NS, the same for every channel, so
+ * that tasks using several of them (a pipeline) are not pulled back and forth. One store per
+ * coarse clock tick at most, so the lines stay shared. */
 #define SCHED_CONTENDED_NS 2000000
 extern _Atomic int64_t sched_contended_at;
 extern atomic_int sched_gather_on;
-static inline int sched_note_contention(int me)
+static inline int sched_gather_worker(void)
+{
+	return atomic_load_explicit(&sched_gather_on, memory_order_relaxed);
+}
+static inline void sched_note_contention(int me)
 {
 	int64_t now = atomic_load_explicit(&sched_coarse_now, memory_order_relaxed);
 	int64_t at = atomic_load_explicit(&sched_contended_at, memory_order_relaxed);
@@ -133,7 +141,6 @@ static inline int sched_note_contention(int me)
 		atomic_store_explicit(&sched_gather_on, me, memory_order_relaxed);
 	if (at != now)
 		atomic_store_explicit(&sched_contended_at, now, memory_order_relaxed);
-	return atomic_load_explicit(&sched_gather_on, memory_order_relaxed);
 }
 /* Write a line per live task to fd (at most `max`; dump.c). Returns the number of tasks. */
 int dump_tasks(int fd, int max);

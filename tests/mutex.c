@@ -207,8 +207,6 @@ TEST(child_no_lost_wakeups)
 	no_lost_wakeups();
 }
 
-/* membarrier fails from now on (-EPERM, by a seccomp filter), after weft registered for it:
- * a waiter without its barrier must park with a timer and look again, not be lost. */
 /* From now on membarrier fails (-EPERM, by a seccomp filter), after weft registered for it.
  * False where seccomp filters are missing (qemu-user, the aarch64 run: its x86 runs test it). */
 static bool deny_membarrier(void)
@@ -639,12 +637,12 @@ out:
 
 /* ---- fairness -----------------------------------------------------------------------------
  * Contenders take the lock in a tight loop, doing some work inside, until together they have
- * taken it 10^6 times (~15 ms; several times that under sanitizers), or 4 x 10^6 for 32. Each times every one of
- * its waits (a failed trylock, then lock). With barging alone a parked waiter could wait out
- * most of the run. A waiter queued for a turn (1 ms) is handed the lock once it is at the head,
- * and the head's clock runs from when it joined the queue, so a wait lasts about a turn plus
- * one pass over the queue (each waiter holding the lock for CHECK_EVERY unlocks): ~1-2 ms with
- * 4 contenders or with 32. Asserted: the issue's 10 ms, plus the time the kernel kept this
+ * taken it 10^6 times (~15 ms; several times that under sanitizers), or 4 x 10^6 for 32. Each
+ * times every one of its waits (a failed trylock, then lock). With barging alone a parked
+ * waiter could wait out most of the run. A waiter queued for a turn (1 ms) is handed the lock
+ * once it is at the head, and the head's clock runs from when it joined the queue, so a wait
+ * lasts about a turn plus one pass over the queue (each waiter holding the lock for
+ * CHECK_EVERY unlocks): ~1-2 ms with 4 contenders or with 32. Asserted: the issue's 10 ms, plus the time the kernel kept this
  * process's threads waiting for a CPU meanwhile (run_delay in /proc/self/task/N/schedstat): a
  * worker descheduled while its task holds the lock stops everyone, and that is not the lock's
  * doing (seen on a shared 2-core box: a holder off its CPU for 8 ms). A lock that lets waiters
