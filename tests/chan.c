@@ -1054,6 +1054,90 @@ TEST(cancel_mid_stress_capacity_1_loses_nothing)
 	RUN(cancel_stress);
 }
 
+/* ---- offer and poll never move a task ----------------------------------------------------
+ * A task moves to another worker only at calls that may block (weft.h), even while a channel is
+ * hot and the tasks that wait on it gather on one worker (chan.c, lock_slow). Tasks on two
+ * workers and plain threads hammer one channel, some with put and take (which may move), the
+ * rest with offer and poll; each of the latter checks it is on the same worker after every
+ * call as before it. */
+
+enum { NB_PAIRS = 8, NB_THREADS = 2, NB_CALLS = SLOW ? 5000 : 50000 };
+static weft_chan *nb;
+static atomic_int nb_moved, nb_blocking_moved, nb_done;
+
+static void nb_nonblocking(void *arg)
+{
+	bool sender = (uintptr_t)arg;
+	long v = 0;
+	for (int i = 0; i < NB_CALLS; i++) {
+		int before = weft_worker_id(), r;
+		if (sender)
+			CHECK((r = weft_chan_offer(nb, &v, sizeof v)) == 0 || r == -EAGAIN);
+		else
+			CHECK((r = weft_chan_poll(nb, &v, sizeof v)) == sizeof v || r == -EAGAIN);
+		if (weft_worker_id() != before)
+			atomic_fetch_add(&nb_moved, 1);
+		if (i % 256 == 0)
+			weft_yield(); /* a chance for the other worker to take us: between calls */
+	}
+}
+
+static void nb_blocking(void *arg)
+{
+	bool sender = (uintptr_t)arg;
+	long v = 0;
+	for (int i = 0; i < NB_CALLS / 4; i++) {
+		int before = weft_worker_id();
+		if (sender)
+			CHECK_EQ(weft_chan_put(nb, &v, sizeof v), 0);
+		else
+			CHECK_EQ(weft_chan_take(nb, &v, sizeof v), (int)sizeof v);
+		if (weft_worker_id() != before)
+			atomic_fetch_add(&nb_blocking_moved, 1);
+	}
+}
+
+/* Offers and polls until every task is done: whatever the tasks' offers and polls leave (a
+ * full buffer for a blocking sender, an empty one for a receiver), a thread moves it on. */
+static void *nb_thread(void *arg)
+{
+	(void)arg;
+	long v = 0;
+	while (!atomic_load(&nb_done)) {
+		weft_chan_offer(nb, &v, sizeof v);
+		weft_chan_poll(nb, &v, sizeof v);
+	}
+	return NULL;
+}
+
+static int nb_main(void *arg)
+{
+	(void)arg;
+	CHECK((nb = weft_chan_new(16, sizeof(long))));
+	pthread_t th[NB_THREADS];
+	for (int i = 0; i < NB_THREADS; i++)
+		CHECK_EQ(pthread_create(&th[i], NULL, nb_thread, NULL), 0);
+	weft_task *t[4 * NB_PAIRS];
+	for (int i = 0; i < 4 * NB_PAIRS; i++)
+		CHECK((t[i] = weft_spawn(i % 4 < 2 ? nb_nonblocking : nb_blocking,
+					 (void *)(uintptr_t)(i % 2))));
+	for (int i = 0; i < 4 * NB_PAIRS; i++)
+		CHECK_EQ(weft_join(t[i]), 0);
+	atomic_store(&nb_done, 1);
+	for (int i = 0; i < NB_THREADS; i++)
+		pthread_join(th[i], NULL);
+	fprintf(stderr, "blocking calls that moved: %d\n", atomic_load(&nb_blocking_moved));
+	CHECK_EQ(atomic_load(&nb_moved), 0);
+	weft_chan_free(nb);
+	return 0;
+}
+
+TEST(offer_and_poll_never_move_the_task)
+{
+	setenv("WEFT_WORKERS", "2", 1);
+	RUN(nb_main);
+}
+
 /* ---- bad input -------------------------------------------------------------------------- */
 
 static int bad_input(void *arg)
