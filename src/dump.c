@@ -5,9 +5,13 @@
  *   task 12 (conn): chan recv on 0x55d0c0a1c2a0 for 153 ms, spawned at ./server+0x1a2b
  *
  * It walks the stack slots (stack.c), reading task records that other workers may be
- * changing: a line may be a moment out of date, never unsafe to read, since slots stay mapped
- * until weft_run ends. Output goes through snprintf into a local buffer and raw write(2), so
- * it also works from the SIGQUIT handler (best effort, as any dump of a running program).
+ * changing, without stopping them: a line may be a moment out of date, never unsafe to read,
+ * since slots stay mapped until weft_run ends. What a record points to is another matter: a
+ * parked task's channel may be freed as soon as the task is woken, so its name is read only
+ * through chan_name_of, which knows which channels are still there. The record's own fields
+ * are read racily on purpose (TSan is told so); the strings among them are bounded. Output
+ * goes through snprintf into a local buffer and raw write(2), so it also works from the
+ * SIGQUIT handler (best effort, as any dump of a running program).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -17,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chan.h"
+#include "sanitizer.h"
 #include "sched.h"
 #include "stack.h"
 #include "sys.h"
@@ -25,6 +31,7 @@
 
 struct dump {
 	int fd, max, seen;
+	bool in_signal; /* in the SIGQUIT handler: wait for no lock */
 	int64_t now;
 };
 
@@ -64,18 +71,22 @@ static void dump_one(struct stack *s, void *ctx)
 	int st = task_state(t), n;
 	if (st == TASK_PARKED) {
 		long long ms = d->now && t->parked_at ? (d->now - t->parked_at) / 1000000 : 0;
-		n = snprintf(line, sizeof line, "  task %llu (%s): %s", (unsigned long long)t->id,
-			     t->name, t->wait.reason ? t->wait.reason : "parked");
-		const char *r = t->wait.reason;
-		if (r && strncmp(r, "chan ", 5) == 0 && *weft_chan_name(t->wait.object))
-			n += snprintf(line + n, sizeof line - (size_t)n, " on %s (%p)",
-				      weft_chan_name(t->wait.object), t->wait.object);
-		else if (t->wait.object)
-			n += snprintf(line + n, sizeof line - (size_t)n, " on %p", t->wait.object);
+		/* The task may be woken, and what it waited on freed, while we look: read the
+		 * name of a channel only through chan_name_of, which knows if it is still there. */
+		const char *r = atomic_load_explicit(&t->wait.reason, memory_order_relaxed);
+		const void *obj = atomic_load_explicit(&t->wait.object, memory_order_relaxed);
+		char cname[32];
+		n = snprintf(line, sizeof line, "  task %llu (%.31s): %s", (unsigned long long)t->id,
+			     t->name, r ? r : "parked");
+		if (r && strncmp(r, "chan ", 5) == 0 &&
+		    chan_name_of(obj, cname, sizeof cname, !d->in_signal))
+			n += snprintf(line + n, sizeof line - (size_t)n, " on %s (%p)", cname, obj);
+		else if (obj)
+			n += snprintf(line + n, sizeof line - (size_t)n, " on %p", obj);
 		n += snprintf(line + n, sizeof line - (size_t)n, " for %lld ms, spawned at %s\n", ms,
 			      at);
 	} else {
-		n = snprintf(line, sizeof line, "  task %llu (%s): %s, spawned at %s\n",
+		n = snprintf(line, sizeof line, "  task %llu (%.31s): %s, spawned at %s\n",
 			     (unsigned long long)t->id, t->name, state_name(st), at);
 	}
 	if (n > (int)sizeof line - 1)
@@ -84,11 +95,13 @@ static void dump_one(struct stack *s, void *ctx)
 	}
 }
 
-int dump_tasks(int fd, int max)
+int dump_tasks(int fd, int max, bool in_signal)
 {
-	struct dump d = { .fd = fd, .max = max,
+	struct dump d = { .fd = fd, .max = max, .in_signal = in_signal,
 			  .now = atomic_load_explicit(&sched_coarse_now, memory_order_relaxed) };
+	san_racy_begin();
 	stack_each_live(dump_one, &d);
+	san_racy_end();
 	if (d.seen > max) {
 		char more[64];
 		int n = snprintf(more, sizeof more, "  ... and %d more\n", d.seen - max);
@@ -104,7 +117,7 @@ int weft_dump(int fd)
 		return -EBADF;
 	if (!weft_self())
 		return -EINVAL; /* the slots are only there while weft runs */
-	return dump_tasks(fd, 1 << 30);
+	return dump_tasks(fd, 1 << 30, false);
 }
 
 /* SIGQUIT, when the program has not claimed it: the dump, then exit status 2, as Go does. */
@@ -117,7 +130,7 @@ static void on_quit(int sig)
 	static const char head[] = "weft: SIGQUIT: the live tasks\n";
 	if (sys_write(2, head, sizeof head - 1) < 0) {
 	}
-	dump_tasks(2, 1 << 30);
+	dump_tasks(2, 1 << 30, true);
 	_exit(2);
 }
 

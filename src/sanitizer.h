@@ -29,6 +29,14 @@ void *__tsan_get_current_fiber(void);
 void *__tsan_create_fiber(unsigned flags);
 void __tsan_destroy_fiber(void *fiber);
 void __tsan_switch_to_fiber(void *fiber, unsigned flags);
+void __tsan_ignore_thread_begin(void);
+void __tsan_ignore_thread_end(void);
+/* Around code that reads other threads' data without synchronizing on purpose (the dump). */
+#define san_racy_begin() __tsan_ignore_thread_begin()
+#define san_racy_end() __tsan_ignore_thread_end()
+#else
+#define san_racy_begin() ((void)0)
+#define san_racy_end() ((void)0)
 #endif
 
 #if defined(__has_include)

@@ -808,7 +808,7 @@ static void check_deadlock(void)
 		return; /* a thread outside weft might still wake someone */
 	fprintf(stderr, "weft: all tasks are blocked (deadlock): %lld task%s\n", (long long)live,
 		live == 1 ? "" : "s");
-	dump_tasks(2, 20);
+	dump_tasks(2, 20, false);
 	abort();
 }
 

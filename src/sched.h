@@ -142,8 +142,9 @@ static inline void sched_note_contention(int me)
 	if (at != now)
 		atomic_store_explicit(&sched_contended_at, now, memory_order_relaxed);
 }
-/* Write a line per live task to fd (at most `max`; dump.c). Returns the number of tasks. */
-int dump_tasks(int fd, int max);
+/* Write a line per live task to fd (at most `max`; dump.c). Returns the number of tasks.
+ * in_signal: called from a signal handler, so it must not wait for any lock. */
+int dump_tasks(int fd, int max, bool in_signal);
 /* weft_run's SIGQUIT handler (a dump), when the program has none. */
 void dump_install(void);
 void dump_uninstall(void);

@@ -4,6 +4,7 @@
 #define WEFT_SPIN_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 
 typedef struct {
 	atomic_int v;
@@ -25,6 +26,12 @@ static inline void spin_lock(spinlock *l)
 	while (atomic_exchange_explicit(&l->v, 1, memory_order_acquire))
 		while (atomic_load_explicit(&l->v, memory_order_relaxed))
 			cpu_relax();
+}
+
+static inline bool spin_trylock(spinlock *l)
+{
+	return !atomic_load_explicit(&l->v, memory_order_relaxed) &&
+	       !atomic_exchange_explicit(&l->v, 1, memory_order_acquire);
 }
 
 static inline void spin_unlock(spinlock *l)

@@ -28,6 +28,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,19 +40,22 @@
 #define REGION_SLOTS 256
 #define CACHE_MAX 1024
 
+/* The dump and the overflow handler walk regions and the odd list without the lock: both are
+ * only ever prepended to, and a region's `used` grows only once the new slot's record is
+ * written (release; they read with acquire). */
 struct region {
 	struct region *next;
 	char *base;
-	size_t used;  /* slots carved so far */
+	_Atomic size_t used;  /* slots carved so far */
 };
 
 static struct {
 	pthread_mutex_t lock;
 	size_t page, slot, record, dflt;
 	long guard_budget;
-	struct region *regions;
+	struct region *_Atomic regions;
 	struct stack *free;   /* pooled slots given back by full caches */
-	struct stack *odd;    /* every odd-sized stack, linked through next */
+	struct stack *_Atomic odd; /* every odd-sized stack, linked through next */
 	struct stack *odd_free; /* those not in use, linked through free_next */
 	bool valgrind;        /* running under valgrind: register stacks with it */
 } g = { .lock = PTHREAD_MUTEX_INITIALIZER };
@@ -110,8 +114,8 @@ static struct stack *setup(char *map, size_t map_size, bool pooled)
 
 static struct stack *carve(void)
 {
-	struct region *r = g.regions;
-	if (!r || r->used == REGION_SLOTS) {
+	struct region *r = atomic_load_explicit(&g.regions, memory_order_relaxed);
+	if (!r || atomic_load_explicit(&r->used, memory_order_relaxed) == REGION_SLOTS) {
 		r = malloc(sizeof *r);
 		if (!r)
 			return NULL;
@@ -123,10 +127,14 @@ static struct stack *carve(void)
 		}
 		/* A huge page would turn each parked task's one touched page into 2 MiB. */
 		madvise(m, g.slot * REGION_SLOTS, MADV_NOHUGEPAGE);
-		*r = (struct region){ .next = g.regions, .base = m };
-		g.regions = r;
+		*r = (struct region){ .next = atomic_load_explicit(&g.regions, memory_order_relaxed),
+				      .base = m };
+		atomic_store_explicit(&g.regions, r, memory_order_release);
 	}
-	return setup(r->base + g.slot * r->used++, g.slot, true);
+	size_t i = atomic_load_explicit(&r->used, memory_order_relaxed);
+	struct stack *s = setup(r->base + g.slot * i, g.slot, true);
+	atomic_store_explicit(&r->used, i + 1, memory_order_release);
+	return s;
 }
 
 static struct stack *reuse_odd(size_t len)
@@ -155,8 +163,8 @@ static struct stack *get_odd(size_t size)
 	madvise(m, len, MADV_NOHUGEPAGE);
 	pthread_mutex_lock(&g.lock);
 	s = setup(m, len, false);
-	s->next = g.odd;
-	g.odd = s;
+	s->next = atomic_load_explicit(&g.odd, memory_order_relaxed);
+	atomic_store_explicit(&g.odd, s, memory_order_release);
 	pthread_mutex_unlock(&g.lock);
 	return s;
 }
@@ -261,15 +269,17 @@ void stack_cache_drain(struct stack_cache *c)
 struct stack *stack_of_guard(const void *addr)
 {
 	const char *a = addr;
-	for (struct region *r = g.regions; r; r = r->next) {
-		if (a >= r->base && a < r->base + g.slot * r->used) {
+	for (struct region *r = atomic_load_explicit(&g.regions, memory_order_acquire); r;
+	     r = r->next) {
+		if (a >= r->base &&
+		    a < r->base + g.slot * atomic_load_explicit(&r->used, memory_order_acquire)) {
 			char *map = r->base + (size_t)(a - r->base) / g.slot * g.slot;
 			if (a >= map + g.page)
 				return NULL;
 			return (struct stack *)(map + g.slot - g.record);
 		}
 	}
-	for (struct stack *s = g.odd; s; s = s->next)
+	for (struct stack *s = atomic_load_explicit(&g.odd, memory_order_acquire); s; s = s->next)
 		if (a >= (char *)s->map && a < (char *)s->map + g.page)
 			return s;
 	return NULL;
@@ -277,13 +287,16 @@ struct stack *stack_of_guard(const void *addr)
 
 void stack_each_live(void (*fn)(struct stack *s, void *ctx), void *ctx)
 {
-	for (struct region *r = g.regions; r; r = r->next)
-		for (size_t i = 0; i < r->used; i++) {
+	for (struct region *r = atomic_load_explicit(&g.regions, memory_order_acquire); r;
+	     r = r->next) {
+		size_t used = atomic_load_explicit(&r->used, memory_order_acquire);
+		for (size_t i = 0; i < used; i++) {
 			struct stack *s = (struct stack *)(r->base + g.slot * (i + 1) - g.record);
 			if (s->size)
 				fn(s, ctx);
 		}
-	for (struct stack *s = g.odd; s; s = s->next)
+	}
+	for (struct stack *s = atomic_load_explicit(&g.odd, memory_order_acquire); s; s = s->next)
 		if (s->size)
 			fn(s, ctx);
 }

@@ -43,7 +43,8 @@ static inline bool stack_intact(const struct stack *s, const void *sp)
 {
 	return s->guarded || ((const char *)sp > (const char *)s->lo && *(const uint64_t *)s->lo == 0);
 }
-/* Call fn on every record handed out and not yet put back. Only when the workers are quiet. */
+/* Call fn on every record handed out and not yet put back. Takes no lock: other threads may be
+ * handing records out and putting them back meanwhile, so fn sees a snapshot of each. */
 void stack_each_live(void (*fn)(struct stack *s, void *ctx), void *ctx);
 /* Unmap every stack; after the workers have stopped. */
 void stack_release_all(void);

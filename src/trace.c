@@ -182,8 +182,10 @@ void trace_switch_(const weft_task *from, const weft_task *to, int left)
 		return;
 	e->a = from ? from->id : 0;
 	e->b = to ? to->id : 0;
-	e->p = left == TRACE_PARK ? from->wait.reason : NULL;
-	e->q = left == TRACE_PARK ? from->wait.object : NULL;
+	e->p = left == TRACE_PARK ? atomic_load_explicit(&from->wait.reason, memory_order_relaxed)
+				  : NULL;
+	e->q = left == TRACE_PARK ? atomic_load_explicit(&from->wait.object, memory_order_relaxed)
+				  : NULL;
 }
 
 void trace_wake_(const weft_task *t, bool by_timer)

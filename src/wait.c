@@ -19,8 +19,8 @@ static struct wait *arm(uint32_t state, const char *reason, const void *object)
 {
 	struct worker *w = worker_self();
 	struct wait *wt = w && w->cur ? &w->cur->wait : &thread_wait;
-	wt->reason = reason;
-	wt->object = object;
+	atomic_store_explicit(&wt->reason, reason, memory_order_relaxed);
+	atomic_store_explicit(&wt->object, object, memory_order_relaxed);
 	/* A full barrier: weft_cancel stores `cancelled` then tries to claim; wait_park checks
 	 * `cancelled` after this store. One of the two sees the other. */
 	atomic_exchange_explicit(&wt->state, state, memory_order_seq_cst);
@@ -74,7 +74,7 @@ static int park_thread(struct wait *w, int64_t deadline)
 	}
 	atomic_fetch_sub(&wait_foreign_parked, 1);
 	if (since)
-		waitstat_add(w->reason, weft_now() - since);
+		waitstat_add(atomic_load_explicit(&w->reason, memory_order_relaxed), weft_now() - since);
 	return result_of(w);
 }
 
@@ -102,7 +102,7 @@ static int park_task(struct wait *w, int64_t deadline, bool exact)
 	if (__builtin_expect(atomic_load_explicit(&waitstat_on, memory_order_relaxed), 0)) {
 		int64_t since = weft_now();
 		sched_park();
-		waitstat_add(w->reason, weft_now() - since);
+		waitstat_add(atomic_load_explicit(&w->reason, memory_order_relaxed), weft_now() - since);
 	} else {
 		sched_park();
 	}

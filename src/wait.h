@@ -33,8 +33,9 @@ typedef struct weft_task weft_task;
 struct wait {
 	_Atomic uint32_t state;  /* WAIT_PARKED, WAIT_CLAIMED, or (uint32_t)result */
 	weft_task *task;         /* NULL for a plain thread */
-	const char *reason;      /* what it waits for, for dumps: "sleep", "join", ... */
-	const void *object;      /* the primitive it waits on, for dumps */
+	/* For dumps and traces, which read them from other threads (hence atomic, relaxed): */
+	const char *_Atomic reason; /* what it waits for: "sleep", "join", ... (static strings) */
+	const void *_Atomic object; /* the primitive it waits on */
 };
 
 /* The caller's wait record, armed (state PARKED). reason is a static string. */

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "chan.h"
 #include "test.h"
 
 /* Wait until n senders or receivers are parked on c: tests that need a partner in place
@@ -563,6 +564,55 @@ TEST(free_with_waiters_is_reported)
 	int st = test_spawn(cmd, err, sizeof err);
 	CHECK(st < 0); /* abort() */
 	CHECK(strstr(err, "weft: weft_chan_free on a channel with 1 waiter\n"));
+}
+
+/* The dump finds a channel's name only while the channel is named and not freed: named
+ * channels are kept in a set (chan.c) that must stay right through renames, unnamings and frees
+ * in any order (its deletions shift entries back). */
+TEST(dump_finds_names_of_live_named_channels_only)
+{
+	enum { N = 2000 };
+	static weft_chan *c[N];
+	static bool live[N], named[N];
+	char want[32], got[32];
+	uint64_t x = 0x2545F4914F6CDD1DULL;
+	for (int i = 0; i < N; i++) {
+		CHECK((c[i] = weft_chan_new(1, 8)));
+		live[i] = true;
+	}
+	for (int step = 0; step < 20 * N; step++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		int i = (int)(x % N), op = (int)(x >> 32) % 4;
+		if (!live[i])
+			continue;
+		if (op == 0 || op == 1) {
+			snprintf(want, sizeof want, "chan-%d-%d", i, step);
+			weft_chan_set_name(c[i], want);
+			named[i] = true;
+		} else if (op == 2) {
+			weft_chan_set_name(c[i], "");
+			named[i] = false;
+		} else if (step > 10 * N) {
+			weft_chan_free(c[i]);
+			live[i] = named[i] = false;
+		}
+		for (int k = step % 64 ? i : 0; k < (step % 64 ? i + 1 : N); k++) { /* now and then all */
+			if (!live[k])
+				continue;
+			bool found = chan_name_of(c[k], got, sizeof got, true);
+			CHECK_EQ(found, named[k]);
+			if (found)
+				CHECK_EQ(strcmp(got, weft_chan_name(c[k])), 0);
+		}
+	}
+	for (int i = 0; i < N; i++) {
+		if (live[i])
+			CHECK_EQ(chan_name_of(c[i], got, sizeof got, true), named[i]);
+		weft_chan_free(live[i] ? c[i] : NULL);
+	}
+	int on_stack;
+	CHECK(!chan_name_of(&on_stack, got, sizeof got, true));
+	CHECK(!chan_name_of(NULL, got, sizeof got, false));
 }
 
 /* ---- select ----------------------------------------------------------------------------- */

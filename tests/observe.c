@@ -1,6 +1,11 @@
 /* Tests of seeing inside a weft program: the task dump (weft_dump, SIGQUIT) and weft_stats. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
@@ -64,6 +69,70 @@ TEST(dump_lists_tasks_and_what_they_wait_for)
 {
 	RUN(dumps);
 	CHECK_EQ(weft_dump(1), -EINVAL); /* outside weft_run */
+}
+
+/* A dump runs while tasks park on named channels, are woken, and free them: it must never read
+ * a channel after its free (ASan would say so) nor crash, and its lines stay whole. */
+static _Atomic bool churning;
+
+static void putter(void *arg)
+{
+	int v = 1;
+	weft_yield();
+	CHECK_EQ(weft_chan_put(arg, &v, sizeof v), 0);
+}
+
+static void churner(void *arg)
+{
+	(void)arg;
+	int v;
+	for (int i = 0; i < TEST_CAP(20000) / 4; i++) {
+		weft_chan *ch = weft_chan_new(0, sizeof v);
+		CHECK(ch);
+		weft_chan_set_name(ch, "churn");
+		weft_task *p = weft_spawn(putter, ch);
+		CHECK_EQ(weft_chan_take(ch, &v, sizeof v), (int)sizeof v);
+		CHECK_EQ(weft_join(p), 0);
+		weft_chan_free(ch);
+	}
+}
+
+static void dumper(void *arg)
+{
+	int fd = *(int *)arg, n = 0;
+	while (atomic_load(&churning) || n == 0) {
+		CHECK(weft_dump(fd) >= 1);
+		n++;
+		weft_yield();
+	}
+}
+
+static int dumps_while_churning(void *arg)
+{
+	(void)arg;
+	FILE *f = tmpfile();
+	CHECK(f);
+	int fd = fileno(f);
+	atomic_store(&churning, true);
+	weft_task *d = weft_spawn(dumper, &fd);
+	weft_execute(4, churner, NULL);
+	atomic_store(&churning, false);
+	CHECK_EQ(weft_join(d), 0);
+	/* Every line whole, and some name a channel that was alive when it was written. */
+	off_t size = lseek(fd, 0, SEEK_END);
+	char *out = malloc((size_t)size + 1);
+	CHECK(out && pread(fd, out, (size_t)size, 0) == size);
+	out[size] = 0;
+	CHECK(size > 0 && out[size - 1] == '\n');
+	CHECK(strstr(out, "chan recv on churn (") || strstr(out, "chan send on churn ("));
+	free(out);
+	fclose(f);
+	return 0;
+}
+
+TEST(dump_while_tasks_free_the_channels_they_waited_on)
+{
+	RUN(dumps_while_churning);
 }
 
 static int quits(void *arg)

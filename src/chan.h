@@ -1,0 +1,12 @@
+/* chan.h - what the rest of weft needs of channels beyond weft.h. */
+#ifndef WEFT_CHAN_H
+#define WEFT_CHAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* If obj is a named channel that has not been freed, copy its name into out and return true.
+ * Safe to call with obj any address at all (the dump's snapshot of what a task waits on).
+ * may_wait false (a signal handler): gives up rather than wait for the lock. */
+bool chan_name_of(const void *obj, char *out, size_t cap, bool may_wait);
+#endif
