@@ -152,6 +152,8 @@ typedef struct weft_worker_stats {
 	uint64_t wakes;    /* tasks woken here: by hand-off, deadline or cancel */
 	uint64_t steals;   /* batches of tasks taken from other workers */
 	int64_t idle_ns;   /* time spent asleep (futex or epoll) */
+	int standby;       /* 1: a spare in standby, taking no work until the monitor needs it
+			    * again (a spare stops once the worker it was started for is back) */
 } weft_worker_stats;
 
 /*

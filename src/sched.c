@@ -69,13 +69,15 @@
 
 static struct {
 	atomic_int n;                 /* workers running (grows when the monitor starts a spare) */
+	int nominal;                  /* the first n_cores: the rest are spares */
 	int cap;                      /* workers allocated: the first n_cores, then spares */
 	struct worker **w;
 	pthread_mutex_t gq_lock;
 	weft_task **gq;               /* the global queue: a ring of gq_cap (a power of two) */
 	uint32_t gq_cap, gq_head;
 	atomic_int gq_n;              /* its length, written under gq_lock */
-	atomic_int nidle, nspinning;
+	atomic_int nidle, nspinning, nstandby;
+	atomic_int surplus;           /* spares that may go to standby now (the monitor's count) */
 	pthread_mutex_t idle_lock;
 	struct worker *idle;
 	atomic_bool stop;
@@ -736,7 +738,7 @@ static weft_task *find_work(struct worker *w, bool take_next)
 	if ((t = pick(w)) || (inbox_drain(w, w) && (t = pick(w))) || (t = global_take(w)))
 		return t;
 	if (!w->spinning) {
-		int busy = S.n - atomic_load(&S.nidle);
+		int busy = S.n - atomic_load(&S.nidle) - atomic_load(&S.nstandby);
 		if (2 * atomic_load(&S.nspinning) >= busy)
 			return NULL;
 		w->spinning = true;
@@ -756,6 +758,12 @@ static int count_threads(void)
 	if (f)
 		fclose(f);
 	return n;
+}
+
+/* Every worker is on the idle list or in standby. */
+static bool all_asleep(void)
+{
+	return atomic_load(&S.nidle) + atomic_load(&S.nstandby) == atomic_load(&S.n);
 }
 
 /* Threads that cannot wake a task: those that exist when libweft is loaded, before main (the
@@ -792,7 +800,7 @@ static int threads_before_run(void)
 /* Called with idle_lock held by the last worker to go idle. */
 static void check_deadlock(void)
 {
-	if (!S.deadlock_check || atomic_load(&S.nidle) != S.n || work_anywhere())
+	if (!S.deadlock_check || !all_asleep() || work_anywhere())
 		return;
 	int64_t live = 0;
 	for (int i = 0; i < S.n; i++) {
@@ -906,6 +914,75 @@ static void rest(struct worker *w)
 	w->declined = false;
 }
 
+/* Give the workers at work what is still queued on w: its due timers' tasks, its inbox, its
+ * ring and `next`, through the global queue. */
+static void hand_over(struct worker *w)
+{
+	run_timers(w);
+	inbox_drain(w, w);
+	weft_task *batch[RUNQ_SIZE / 2 + 1];
+	uint32_t n;
+	bool gave = false;
+	while ((n = runq_grab(&w->q, batch, RUNQ_SIZE / 2))) {
+		global_push(batch, n);
+		gave = true;
+	}
+	weft_task *t = atomic_exchange(&w->next, NULL);
+	if (t) {
+		global_push(&t, 1);
+		gave = true;
+	}
+	if (gave)
+		wake_idle();
+}
+
+/* A spare about to go idle may go to standby instead when the monitor counts more workers
+ * free to work than cores (S.surplus: the worker it was started for is back). */
+static bool take_surplus(struct worker *w)
+{
+	if (w->id < S.nominal)
+		return false;
+	int n = atomic_load(&S.surplus);
+	while (n > 0)
+		if (atomic_compare_exchange_weak(&S.surplus, &n, n - 1))
+			return true;
+	return false;
+}
+
+/*
+ * Standby: a spare the monitor started for a stuck worker (see the monitor below), once it is
+ * no longer needed. Left running, spares would add up, and a program would go on with more
+ * workers than cores, which the kernel then time-slices: a task queued on a worker it has
+ * preempted waits milliseconds. So a spare stops taking work, as Go's runtime parks an M with
+ * no P, and the monitor wakes it again (start_spare) rather than start another thread next
+ * time. It sleeps off the idle list, so no new work wakes it; only what is still its own does
+ * (resting: ready_on wakes it for its inbox, where a hot channel's home may send tasks; and its
+ * timers, for tasks that parked on it with a deadline), and it hands that over (hand_over).
+ */
+static void standby(struct worker *w)
+{
+	quit_spinning(w);
+	atomic_store(&w->resting, true);
+	atomic_store(&w->standby, true);
+	atomic_fetch_add(&S.nstandby, 1);
+	int home = w->id;
+	atomic_compare_exchange_strong(&sched_gather_on, &home, 0);
+	stack_cache_drain(&w->stacks);
+	if (wake_by(w) == INT64_MAX) { /* it may be the last to sleep, as in idle() */
+		pthread_mutex_lock(&S.idle_lock);
+		check_deadlock();
+		pthread_mutex_unlock(&S.idle_lock);
+	}
+	while (atomic_load(&w->standby) && !atomic_load(&S.stop)) {
+		atomic_store(&w->wake_word, 0);
+		hand_over(w);
+		if (atomic_load(&w->standby) && !atomic_load(&S.stop) && !atomic_load(&w->inbox))
+			sleep_until(w, false, wake_by(w));
+	}
+	atomic_fetch_sub(&S.nstandby, 1);
+	atomic_store(&w->resting, false);
+}
+
 /*
  * Keep looking a little while before sleeping: work often comes back within microseconds, and
  * a futex sleep and wake-up cost several. But a program woken now and then (a server at a
@@ -942,7 +1019,10 @@ static void worker_loop(struct worker *w)
 				if (w->spinning && w->spin_ns > SPIN_MIN_NS)
 					w->spin_ns /= 2;
 				w->rest_ns = REST_MIN_NS;
-				idle(w);
+				if (take_surplus(w))
+					standby(w);
+				else
+					idle(w);
 			}
 			spin_since = 0;
 			continue;
@@ -1030,7 +1110,8 @@ static void stop_all(void)
  * worker whose switch count has not moved for STUCK_NS while work waits in its queue is
  * stuck. Then an idle worker is woken to steal that work (thieves take the stuck worker's
  * `next` slot and due timers too), or, when every worker is busy, a spare worker thread is
- * started (Go's sysmon hands the P to a new M the same way). Spares stay until weft_run ends. */
+ * started (Go's sysmon hands the P to a new M the same way). A spare goes to standby once
+ * the worker it was started for is back (standby()), and is woken again when needed. */
 #define MONITOR_NS 1000000
 
 static bool has_work(struct worker *w, int64_t now)
@@ -1039,9 +1120,23 @@ static bool has_work(struct worker *w, int64_t now)
 	       atomic_load(&w->timers.first) <= now;
 }
 
+/* A spare in standby goes back to work (standby() returns); else a new one starts. */
 static void start_spare(void)
 {
 	int n = atomic_load(&S.n);
+	for (int i = S.nominal; i < n; i++) {
+		struct worker *v = S.w[i];
+		if (atomic_load(&v->standby)) {
+			/* it comes back looking for work to steal, as rescue() wakes an idle one;
+			 * standby() has quit spinning and leaves the flag alone until this store */
+			atomic_fetch_add(&S.nspinning, 1);
+			v->spinning = true;
+			atomic_store(&v->standby, false);
+			atomic_store(&v->wake_word, 1);
+			futex_wake(&v->wake_word, 1);
+			return;
+		}
+	}
 	if (n >= S.cap)
 		return;
 	struct worker *w = S.w[n];
@@ -1124,6 +1219,21 @@ static bool rescue(struct worker *w, int64_t now)
 	return true;
 }
 
+/* More workers are free than there are cores: a spare asleep on the idle list is woken, to go
+ * to standby (it does so only on its way to sleep: take_surplus). */
+static void nudge_idle_spare(void)
+{
+	pthread_mutex_lock(&S.idle_lock);
+	struct worker *v = S.idle;
+	while (v && v->id < S.nominal)
+		v = v->idle_link;
+	if (v)
+		idle_remove(v);
+	pthread_mutex_unlock(&S.idle_lock);
+	if (v)
+		wake_worker(v);
+}
+
 /* Time stuck counts from now: at the monitor's start (before it, the workers were starting,
  * not stuck: counted from 0, worker 0 with the main task queued looked stuck at the first look,
  * and on a slow machine got a spare) and after it slept. */
@@ -1131,7 +1241,18 @@ static void monitor_start_clocks(void)
 {
 	int64_t now = weft_now();
 	for (int i = 0; i < atomic_load(&S.n); i++)
-		S.w[i]->seen_since = now;
+		S.w[i]->seen_since = S.w[i]->moved_at = now;
+}
+
+/* Whether w is free to take work, as far as the monitor can tell: not in standby, and not held
+ * by one task for STUCK_NS (blocked in a call the shim does not cover, or computing). */
+static bool free_to_work(struct worker *w, uint32_t tick, int64_t now)
+{
+	if (tick != w->moved_tick || atomic_load(&w->in_idle) || atomic_load(&w->resting)) {
+		w->moved_tick = tick;
+		w->moved_at = now;
+	}
+	return !atomic_load(&w->standby) && now - w->moved_at < STUCK_NS;
 }
 
 /* With every worker asleep nothing can be stuck: the monitor sleeps too, so that an idle
@@ -1141,7 +1262,7 @@ static void monitor_start_clocks(void)
 static void monitor_pause(void)
 {
 	atomic_store(&S.monitor_off, 1);
-	if (atomic_load(&S.nidle) == atomic_load(&S.n) && !atomic_load(&S.stop))
+	if (all_asleep() && !atomic_load(&S.stop))
 		futex_wait(&S.monitor_off, 1, INT64_MAX);
 	atomic_store(&S.monitor_off, 0);
 	monitor_start_clocks(); /* the time asleep is nobody's time stuck */
@@ -1159,14 +1280,15 @@ static void *monitor(void *arg)
 	weft_unpin(); /* started by worker 0: its CPU set (affinity.c) */
 	monitor_start_clocks();
 	while (!atomic_load(&S.stop)) {
-		if (atomic_load(&S.nidle) == atomic_load(&S.n))
+		if (all_asleep())
 			monitor_pause();
 		int64_t now = weft_now();
 		atomic_store_explicit(&sched_coarse_now, now, memory_order_relaxed);
-		int n = atomic_load(&S.n);
+		int n = atomic_load(&S.n), free = 0;
 		for (int i = 0; i < n; i++) {
 			struct worker *w = S.w[i];
 			uint32_t tick = atomic_load_explicit(&w->tick, memory_order_relaxed);
+			free += free_to_work(w, tick, now);
 			if (tick != w->seen_tick || !has_work(w, now)) {
 				w->seen_tick = tick;
 				w->seen_since = now;
@@ -1175,6 +1297,9 @@ static void *monitor(void *arg)
 				w->seen_since = now;
 			}
 		}
+		atomic_store(&S.surplus, free - S.nominal);
+		if (free > S.nominal)
+			nudge_idle_spare();
 		futex_wait(&S.monitor_word, 0, now + MONITOR_NS);
 	}
 	return NULL;
@@ -1215,6 +1340,9 @@ static void free_workers(void)
 static int init_workers(int n)
 {
 	atomic_store(&S.n, n);
+	S.nominal = n;
+	atomic_store(&S.nstandby, 0);
+	atomic_store(&S.surplus, 0);
 	S.cap = n + (n > 4 ? n : 4);
 	S.w = calloc((size_t)S.cap, sizeof *S.w);
 	if (!S.w)
@@ -1266,6 +1394,7 @@ int weft_stats(weft_worker_stats *out, int max, uint64_t *foreign)
 			.wakes = (uint64_t)atomic_load_explicit(&w->wakes, memory_order_relaxed),
 			.steals = (uint64_t)atomic_load_explicit(&w->steals, memory_order_relaxed),
 			.idle_ns = atomic_load_explicit(&w->idle_ns, memory_order_relaxed),
+			.standby = atomic_load(&w->standby),
 		};
 	}
 	if (foreign)
@@ -1286,10 +1415,10 @@ static void print_stats(void)
 			"  worker     switches        parks        wakes   steals   idle ms\n",
 		n, (unsigned long long)foreign);
 	for (int i = 0; i < n && i < 64; i++)
-		fprintf(stderr, "  %6d %12llu %12llu %12llu %8llu %9.1f\n", i,
+		fprintf(stderr, "  %6d %12llu %12llu %12llu %8llu %9.1f%s\n", i,
 			(unsigned long long)st[i].switches, (unsigned long long)st[i].parks,
 			(unsigned long long)st[i].wakes, (unsigned long long)st[i].steals,
-			(double)st[i].idle_ns / 1e6);
+			(double)st[i].idle_ns / 1e6, st[i].standby ? "  (standby)" : "");
 	waitstat_print();
 }
 

@@ -32,8 +32,9 @@ struct worker {
 	int64_t spin_ns;              /* how long it looks before sleeping (worker_loop) */
 	bool declined;                /* this spin saw work it left to its worker (steal) */
 	int64_t rest_ns;              /* how long it sleeps after such a spin (rest) */
-	atomic_bool resting;          /* in that sleep: only wake_this ends it early */
-	bool in_idle;                 /* on the idle list; guarded by the idle lock */
+	atomic_bool resting;          /* in that sleep (or in standby): only wake_this ends it early */
+	atomic_bool in_idle;          /* on the idle list; written under the idle lock */
+	atomic_bool standby;          /* a spare no longer needed: see standby() */
 	atomic_bool in_epoll;         /* its idle sleep is in epoll: wake it through the poller */
 	struct timer_wheel timers;
 	struct stack_cache stacks;
@@ -52,6 +53,8 @@ struct worker {
 	uint32_t seen_tick;           /* the monitor's: tick when last looked at, and since when */
 	int64_t seen_since;
 	int64_t probe_at, probe_cpu;  /* the monitor's: the thread's CPU time when it looked stuck */
+	uint32_t moved_tick;          /* the monitor's: tick when last seen moving or idle, and when */
+	int64_t moved_at;
 	clockid_t cpu_clock;          /* the thread's CPU-time clock, valid once tid is set */
 	_Atomic pid_t tid;            /* 0 until the thread runs */
 	bool started;                 /* a spare worker runs only once the monitor starts it */

@@ -4,6 +4,8 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
@@ -351,6 +353,77 @@ TEST(monitor_rescues_stuck_worker)
 TEST(monitor_rescues_worker_blocked_in_kernel)
 {
 	CHECK_EQ(weft_run(stuck, (void *)sleep_200ms_raw), 0);
+}
+
+/* ---- spares go to standby once the stuck workers are back, and come back when needed ------ */
+
+enum { NOMINAL = 2, SLEEPERS = 4 };
+static atomic_int were_on_spare, moved_off_spare;
+
+/* Queued behind the held workers, some of these run on a spare and park there with deadlines,
+ * again and again, past the end of the hold: the spare must go to standby all the same and
+ * hand their deadlines over, and each must still wake on time. */
+static void spare_sleeper(void *arg)
+{
+	(void)arg;
+	bool on_spare = false;
+	for (int i = 0; i < 40; i++) { /* 400 ms: the hold is 200 */
+		on_spare |= weft_worker_id() >= NOMINAL;
+		int64_t due = weft_now() + 10000000;
+		CHECK_EQ(weft_sleep_until(due), 0);
+		int64_t late = weft_now() - due;
+		CHECK(late >= 0 && late < 100000000);
+	}
+	if (on_spare) {
+		atomic_fetch_add(&were_on_spare, 1);
+		if (weft_worker_id() < NOMINAL)
+			atomic_fetch_add(&moved_off_spare, 1);
+	}
+}
+
+static int working_workers(int *all)
+{
+	weft_worker_stats st[64];
+	int n = weft_stats(st, 64, NULL), working = 0;
+	CHECK(n >= NOMINAL);
+	for (int i = 0; i < n; i++)
+		working += !st[i].standby;
+	*all = n;
+	return working;
+}
+
+static int standby_rounds(void *arg)
+{
+	(void)arg;
+	for (int round = 0; round < 5; round++) {
+		weft_task *h = weft_spawn(spin_200ms, NULL), *z[SLEEPERS];
+		for (int i = 0; i < SLEEPERS; i++)
+			z[i] = weft_spawn(spare_sleeper, NULL);
+		spin_200ms(NULL); /* main holds its worker, h the other */
+		CHECK_EQ(weft_join(h), 0);
+		for (int i = 0; i < SLEEPERS; i++)
+			CHECK_EQ(weft_join(z[i]), 0);
+		int all, working = 0;
+		for (int64_t end = weft_now() + 2000000000; weft_now() < end;) {
+			if ((working = working_workers(&all)) == NOMINAL)
+				break;
+			weft_sleep_until(weft_now() + 5000000);
+		}
+		CHECK_EQ(working, NOMINAL);
+		CHECK(all > NOMINAL); /* a spare was started */
+		/* At most one per held worker, however many rounds: those in standby come back
+		 * rather than new ones start. */
+		CHECK(all <= 2 * NOMINAL);
+	}
+	CHECK(atomic_load(&were_on_spare) > 0);
+	CHECK_EQ(atomic_load(&moved_off_spare), atomic_load(&were_on_spare));
+	return 0;
+}
+
+TEST(spare_goes_to_standby_and_comes_back)
+{
+	setenv("WEFT_WORKERS", "2", 1);
+	RUN(standby_rounds);
 }
 
 /* ---- plain threads use the same calls ---------------------------------------------------- */
