@@ -958,28 +958,38 @@ static bool take_surplus(struct worker *w)
  * time. It sleeps off the idle list, so no new work wakes it; only what is still its own does
  * (resting: ready_on wakes it for its inbox, where a hot channel's home may send tasks; and its
  * timers, for tasks that parked on it with a deadline), and it hands that over (hand_over).
+ * Should every other worker be held by a task meanwhile, the monitor sees the global queue
+ * wait and wakes it back (see the monitor).
+ *
+ * It counts as asleep (S.nstandby, for the deadlock check and the monitor's pause) only while
+ * it sleeps: while it hands over, it holds tasks that no queue shows.
  */
 static void standby(struct worker *w)
 {
 	quit_spinning(w);
 	atomic_store(&w->resting, true);
 	atomic_store(&w->standby, true);
-	atomic_fetch_add(&S.nstandby, 1);
 	int home = w->id;
 	atomic_compare_exchange_strong(&sched_gather_on, &home, 0);
 	stack_cache_drain(&w->stacks);
-	if (wake_by(w) == INT64_MAX) { /* it may be the last to sleep, as in idle() */
-		pthread_mutex_lock(&S.idle_lock);
-		check_deadlock();
-		pthread_mutex_unlock(&S.idle_lock);
-	}
+	/* One idle worker polls fds, chosen as it goes to sleep (idle()); if that was this one,
+	 * an idle worker must come round again to take its place. */
+	if (poll_waiters() > 0 && !atomic_load(&S.polling))
+		wake_idle();
 	while (atomic_load(&w->standby) && !atomic_load(&S.stop)) {
 		atomic_store(&w->wake_word, 0);
 		hand_over(w);
+		atomic_fetch_add(&S.nstandby, 1);
+		int64_t first = atomic_load(&w->timers.first);
+		if (first == INT64_MAX) { /* it may be the last to sleep, as in idle() */
+			pthread_mutex_lock(&S.idle_lock);
+			check_deadlock();
+			pthread_mutex_unlock(&S.idle_lock);
+		}
 		if (atomic_load(&w->standby) && !atomic_load(&S.stop) && !atomic_load(&w->inbox))
-			sleep_until(w, false, wake_by(w));
+			sleep_until(w, false, first);
+		atomic_fetch_sub(&S.nstandby, 1);
 	}
-	atomic_fetch_sub(&S.nstandby, 1);
 	atomic_store(&w->resting, false);
 }
 
@@ -1279,6 +1289,7 @@ static void *monitor(void *arg)
 	(void)arg;
 	weft_unpin(); /* started by worker 0: its CPU set (affinity.c) */
 	monitor_start_clocks();
+	int64_t gq_since = weft_now(); /* since when the global queue has waited for everyone */
 	while (!atomic_load(&S.stop)) {
 		if (all_asleep())
 			monitor_pause();
@@ -1300,6 +1311,15 @@ static void *monitor(void *arg)
 		atomic_store(&S.surplus, free - S.nominal);
 		if (free > S.nominal)
 			nudge_idle_spare();
+		/* Tasks in the global queue and no worker free to take them: every one is held by
+		 * a task, or in standby (a plain thread woke those tasks, or a spare handed them
+		 * over). has_work() sees a worker's own queues only, so this is watched here. */
+		if (free > 0 || !atomic_load(&S.gq_n))
+			gq_since = now;
+		else if (now - gq_since >= STUCK_NS) {
+			start_spare();
+			gq_since = now;
+		}
 		futex_wait(&S.monitor_word, 0, now + MONITOR_NS);
 	}
 	return NULL;

@@ -415,8 +415,10 @@ static int standby_rounds(void *arg)
 		 * rather than new ones start. */
 		CHECK(all <= 2 * NOMINAL);
 	}
+	/* Handed over: normally every one of them; a spare called back meanwhile (a worker the
+	 * kernel kept off its core for 10 ms looks held) may keep some. */
 	CHECK(atomic_load(&were_on_spare) > 0);
-	CHECK_EQ(atomic_load(&moved_off_spare), atomic_load(&were_on_spare));
+	CHECK(atomic_load(&moved_off_spare) > 0);
 	return 0;
 }
 
@@ -424,6 +426,71 @@ TEST(spare_goes_to_standby_and_comes_back)
 {
 	setenv("WEFT_WORKERS", "2", 1);
 	RUN(standby_rounds);
+}
+
+/* The idle worker that polls fds is chosen as it goes to sleep: a spare that polled and then
+ * went to standby would leave nobody polling, and a reader waiting on a pipe a plain thread
+ * writes every 5 ms would wait for good. */
+static int poll_pipe[2];
+static atomic_bool writing;
+
+static void *pipe_writer(void *arg)
+{
+	(void)arg;
+	while (atomic_load(&writing)) {
+		usleep(5000);
+		CHECK_EQ(write(poll_pipe[1], "x", 1), 1);
+	}
+	return NULL;
+}
+
+static void pipe_reader(void *arg)
+{
+	(void)arg;
+	char b[64];
+	for (int got = 0; got < 20;) {
+		ssize_t r = weft_read(poll_pipe[0], b, sizeof b, weft_now() + 2000000000);
+		CHECK(r > 0); /* -ETIMEDOUT: nobody polled for 2 s */
+		got += (int)r;
+	}
+}
+
+static void spin_40ms(void *arg)
+{
+	(void)arg;
+	int64_t end = weft_now() + 40000000;
+	while (weft_now() < end)
+		;
+}
+
+static int standby_while_reading(void *arg)
+{
+	(void)arg;
+	for (int round = 0; round < 30; round++) {
+		weft_task *r = weft_spawn(pipe_reader, NULL);
+		weft_sleep_until(weft_now() + 2000000); /* it waits in read */
+		weft_task *h = weft_spawn(spin_40ms, NULL), *z[SLEEPERS];
+		for (int i = 0; i < SLEEPERS; i++) /* queued behind: a spare runs them */
+			z[i] = weft_spawn(mark, NULL);
+		spin_40ms(NULL);
+		CHECK_EQ(weft_join(h), 0);
+		for (int i = 0; i < SLEEPERS; i++)
+			CHECK_EQ(weft_join(z[i]), 0);
+		CHECK_EQ(weft_join(r), 0);
+	}
+	return 0;
+}
+
+TEST(fds_stay_polled_when_a_spare_goes_to_standby)
+{
+	setenv("WEFT_WORKERS", "2", 1);
+	CHECK_EQ(pipe(poll_pipe), 0);
+	atomic_store(&writing, true);
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, pipe_writer, NULL), 0);
+	RUN(standby_while_reading);
+	atomic_store(&writing, false);
+	pthread_join(th, NULL);
 }
 
 /* ---- plain threads use the same calls ---------------------------------------------------- */
