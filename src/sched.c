@@ -26,6 +26,9 @@
  *  - Contended channels gather on one worker (chan.c, sched_note_contention): their waiters are
  *    woken there and their tasks move there (sched_move); meanwhile idle workers leave that
  *    worker's queue alone unless it stalls, and rest (rest()) rather than spin beside it.
+ *  - A monitor thread gives the queue of a worker held by one task (a blocking call the shim
+ *    does not cover, a long computation) to an idle worker, or to a spare worker thread when
+ *    none is idle; a spare goes to standby once it is not needed (standby()).
  *  - Deadlock: when every worker sleeps with no deadline pending, tasks are alive, and no
  *    thread outside weft could wake them, weft prints the blocked tasks and aborts.
  */
@@ -988,7 +991,11 @@ static void standby(struct worker *w)
 		}
 		if (atomic_load(&w->standby) && !atomic_load(&S.stop) && !atomic_load(&w->inbox))
 			sleep_until(w, false, first);
+		/* Under the lock, as nidle changes: a check_deadlock in progress read the count
+		 * before it looked at the queues, and this spare is about to hold tasks again. */
+		pthread_mutex_lock(&S.idle_lock);
 		atomic_fetch_sub(&S.nstandby, 1);
+		pthread_mutex_unlock(&S.idle_lock);
 	}
 	atomic_store(&w->resting, false);
 }
@@ -1311,6 +1318,13 @@ static void *monitor(void *arg)
 		atomic_store(&S.surplus, free - S.nominal);
 		if (free > S.nominal)
 			nudge_idle_spare();
+		/* Fds waited on and nobody polling for STUCK_NS: the poller went off to run a task
+		 * that now holds its worker (the poller is chosen as a worker goes to sleep, in
+		 * idle()), and the other idle workers sleep on their futexes. Wake one: it comes
+		 * back through idle() and polls. */
+		if (poll_waiters() > 0 && !atomic_load(&S.polling) &&
+		    now - atomic_load(&S.last_poll) >= STUCK_NS)
+			wake_idle();
 		/* Tasks in the global queue and no worker free to take them: every one is held by
 		 * a task, or in standby (a plain thread woke those tasks, or a spare handed them
 		 * over). has_work() sees a worker's own queues only, so this is watched here. */

@@ -493,6 +493,55 @@ TEST(fds_stay_polled_when_a_spare_goes_to_standby)
 	pthread_join(th, NULL);
 }
 
+/* The same gap without spares: the poller, woken for a task, goes off to run one that then
+ * holds its worker for 100 ms, while the other worker sleeps on its futex. The monitor sees
+ * nobody poll for 10 ms and wakes that worker to poll. Before, reads waited out the hold. */
+static atomic_bool reading;
+static _Atomic int64_t worst_read;
+
+static void steady_reader(void *arg)
+{
+	(void)arg;
+	char b[64];
+	while (atomic_load(&reading)) {
+		int64_t t0 = weft_now();
+		CHECK(weft_read(poll_pipe[0], b, sizeof b, weft_now() + 2000000000) > 0);
+		int64_t d = weft_now() - t0;
+		if (d > atomic_load(&worst_read))
+			atomic_store(&worst_read, d);
+	}
+}
+
+static int poller_goes_busy(void *arg)
+{
+	(void)arg;
+	atomic_store(&reading, true);
+	weft_task *r = weft_spawn(steady_reader, NULL);
+	for (int round = 0; round < 10; round++) {
+		weft_sleep_until(weft_now() + 3000000); /* this worker may poll while it sleeps */
+		int64_t end = weft_now() + 100000000;
+		while (weft_now() < end) /* then holds it */
+			;
+	}
+	atomic_store(&reading, false);
+	CHECK_EQ(weft_join(r), 0);
+	fprintf(stderr, "longest read wait %.1f ms\n", atomic_load(&worst_read) / 1e6);
+	CHECK(atomic_load(&worst_read) < 60000000);
+	return 0;
+}
+
+TEST(fds_stay_polled_while_the_poller_runs_a_long_task)
+{
+	setenv("WEFT_WORKERS", "2", 1);
+	CHECK_EQ(pipe(poll_pipe), 0);
+	atomic_store(&writing, true);
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, pipe_writer, NULL), 0);
+	RUN(poller_goes_busy);
+	atomic_store(&writing, false);
+	pthread_join(th, NULL);
+}
+
 /* ---- plain threads use the same calls ---------------------------------------------------- */
 
 static const char *thread_host;
