@@ -45,8 +45,14 @@ int64_t weft_now(void);
  * afterwards, but not from inside a task. Returns -EINVAL for a NULL main_task, -EBUSY when
  * weft is already running, -ENOMEM or -EAGAIN when workers cannot be created.
  *
+ * A worker held by one task (a blocking call the shim does not cover, a long computation) for
+ * 10 ms while work waits behind it has that work taken over by an idle worker, or by a spare
+ * worker thread when none is idle; a spare stops taking work (standby) once more workers than
+ * CPUs have been free for a second, so that a program does not go on with more workers than
+ * cores, and is called back when needed again.
+ *
  * Environment: WEFT_WORKERS=n; WEFT_PIN=0 leaves the workers unpinned; WEFT_DEADLOCK=0 turns
- * off deadlock detection.
+ * off deadlock detection; WEFT_SPARE_MS=m keeps spares m ms instead of a second.
  */
 int weft_run(int (*main_task)(void *), void *arg);
 

@@ -425,6 +425,7 @@ static int standby_rounds(void *arg)
 TEST(spare_goes_to_standby_and_comes_back)
 {
 	setenv("WEFT_WORKERS", "2", 1);
+	setenv("WEFT_SPARE_MS", "20", 1); /* not a second: the sleepers are still on it */
 	RUN(standby_rounds);
 }
 
@@ -484,6 +485,7 @@ static int standby_while_reading(void *arg)
 TEST(fds_stay_polled_when_a_spare_goes_to_standby)
 {
 	setenv("WEFT_WORKERS", "2", 1);
+	setenv("WEFT_SPARE_MS", "0", 1); /* at once, every round */
 	CHECK_EQ(pipe(poll_pipe), 0);
 	atomic_store(&writing, true);
 	pthread_t th;
