@@ -357,7 +357,9 @@ TEST(monitor_rescues_worker_blocked_in_kernel)
 
 /* ---- spares go to standby once the stuck workers are back, and come back when needed ------ */
 
-enum { NOMINAL = 2, SLEEPERS = 4 };
+/* One worker: with two held on a 2-core machine, the spare competes with them for a core, and
+ * under qemu the monitor rightly finds it stuck too and starts another. */
+enum { NOMINAL = 1, SLEEPERS = 4 };
 static atomic_int were_on_spare, moved_off_spare;
 
 /* Queued behind the held workers, some of these run on a spare and park there with deadlines,
@@ -396,11 +398,10 @@ static int standby_rounds(void *arg)
 {
 	(void)arg;
 	for (int round = 0; round < 5; round++) {
-		weft_task *h = weft_spawn(spin_200ms, NULL), *z[SLEEPERS];
+		weft_task *z[SLEEPERS];
 		for (int i = 0; i < SLEEPERS; i++)
 			z[i] = weft_spawn(spare_sleeper, NULL);
-		spin_200ms(NULL); /* main holds its worker, h the other */
-		CHECK_EQ(weft_join(h), 0);
+		spin_200ms(NULL); /* main holds the worker: a spare runs the sleepers */
 		for (int i = 0; i < SLEEPERS; i++)
 			CHECK_EQ(weft_join(z[i]), 0);
 		int all, working = 0;
@@ -411,9 +412,9 @@ static int standby_rounds(void *arg)
 		}
 		CHECK_EQ(working, NOMINAL);
 		CHECK(all > NOMINAL); /* a spare was started */
-		/* At most one per held worker, however many rounds: those in standby come back
-		 * rather than new ones start. */
-		CHECK(all <= 2 * NOMINAL);
+		/* The one in standby comes back each round rather than a new one start (without
+		 * that, one more each round: 4 by the third); one spurious extra is let pass. */
+		CHECK(all <= NOMINAL + 2);
 	}
 	/* Handed over: normally every one of them; a spare called back meanwhile (a worker the
 	 * kernel kept off its core for 10 ms looks held) may keep some. */
@@ -424,7 +425,7 @@ static int standby_rounds(void *arg)
 
 TEST(spare_goes_to_standby_and_comes_back)
 {
-	setenv("WEFT_WORKERS", "2", 1);
+	setenv("WEFT_WORKERS", "1", 1);
 	setenv("WEFT_SPARE_MS", "20", 1); /* not a second: the sleepers are still on it */
 	RUN(standby_rounds);
 }
@@ -482,17 +483,23 @@ static int standby_while_reading(void *arg)
 	return 0;
 }
 
-TEST(fds_stay_polled_when_a_spare_goes_to_standby)
+/* Run main_task on two workers while a plain thread writes poll_pipe every 5 ms. */
+static void with_pipe_writer(int (*main_task)(void *))
 {
 	setenv("WEFT_WORKERS", "2", 1);
-	setenv("WEFT_SPARE_MS", "0", 1); /* at once, every round */
 	CHECK_EQ(pipe(poll_pipe), 0);
 	atomic_store(&writing, true);
 	pthread_t th;
 	CHECK_EQ(pthread_create(&th, NULL, pipe_writer, NULL), 0);
-	RUN(standby_while_reading);
+	CHECK_EQ(weft_run(main_task, NULL), 0);
 	atomic_store(&writing, false);
 	pthread_join(th, NULL);
+}
+
+TEST(fds_stay_polled_when_a_spare_goes_to_standby)
+{
+	setenv("WEFT_SPARE_MS", "0", 1); /* at once, every round */
+	with_pipe_writer(standby_while_reading);
 }
 
 /* The same gap without spares: the poller, woken for a task, goes off to run one that then
@@ -534,14 +541,7 @@ static int poller_goes_busy(void *arg)
 
 TEST(fds_stay_polled_while_the_poller_runs_a_long_task)
 {
-	setenv("WEFT_WORKERS", "2", 1);
-	CHECK_EQ(pipe(poll_pipe), 0);
-	atomic_store(&writing, true);
-	pthread_t th;
-	CHECK_EQ(pthread_create(&th, NULL, pipe_writer, NULL), 0);
-	RUN(poller_goes_busy);
-	atomic_store(&writing, false);
-	pthread_join(th, NULL);
+	with_pipe_writer(poller_goes_busy);
 }
 
 /* ---- plain threads use the same calls ---------------------------------------------------- */
