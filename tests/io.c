@@ -355,6 +355,56 @@ TEST(monitor_rescues_worker_blocked_in_kernel)
 	CHECK_EQ(weft_run(stuck, (void *)sleep_200ms_raw), 0);
 }
 
+/* A task a plain thread wakes goes to the global queue, which only a worker looks at: with the
+ * one worker held by a task, the monitor must see it wait there (before, it waited out the
+ * hold: has_work() sees a worker's own queues only). */
+static weft_chan *gq_chan;
+static _Atomic int64_t woken_at;
+
+static void woken_by_thread(void *arg)
+{
+	(void)arg;
+	int v;
+	CHECK_EQ(weft_chan_take(gq_chan, &v, sizeof v), (int)sizeof v);
+	atomic_store(&ran_at, weft_now());
+}
+
+static void *thread_waker(void *arg)
+{
+	(void)arg;
+	while (weft_chan_waiting(gq_chan) < 1 || !atomic_load(&woken_at))
+		usleep(1000);
+	int v = 1;
+	CHECK_EQ(weft_chan_put(gq_chan, &v, sizeof v), 0);
+	return NULL;
+}
+
+static int held_while_thread_wakes(void *arg)
+{
+	(void)arg;
+	CHECK((gq_chan = weft_chan_new(0, sizeof(int))));
+	weft_task *t = weft_spawn(woken_by_thread, NULL);
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, thread_waker, NULL), 0);
+	while (weft_chan_waiting(gq_chan) < 1)
+		weft_yield();
+	atomic_store(&woken_at, weft_now()); /* the thread wakes it now, while main holds on */
+	spin_200ms(NULL);
+	CHECK_EQ(weft_join(t), 0);
+	pthread_join(th, NULL);
+	int64_t waited = atomic_load(&ran_at) - atomic_load(&woken_at);
+	fprintf(stderr, "woken task ran after %.1f ms\n", waited / 1e6);
+	CHECK(waited < 150000000);
+	weft_chan_free(gq_chan);
+	return 0;
+}
+
+TEST(task_woken_by_thread_runs_while_the_worker_is_held)
+{
+	setenv("WEFT_WORKERS", "1", 1);
+	RUN(held_while_thread_wakes);
+}
+
 /* ---- spares go to standby once the stuck workers are back, and come back when needed ------ */
 
 /* One worker: with two held on a 2-core machine, the spare competes with them for a core, and
