@@ -940,8 +940,8 @@ static void hand_over(struct worker *w)
 		wake_idle();
 }
 
-/* A spare about to go idle may go to standby instead when the monitor counts more workers
- * free to work than cores (S.surplus: the worker it was started for is back). */
+/* A spare about to go idle may go to standby instead once the monitor has counted more workers
+ * free to work than cores for STANDBY_NS (S.surplus: the worker it was started for is back). */
 static bool take_surplus(struct worker *w)
 {
 	if (w->id < S.nominal)
