@@ -217,7 +217,8 @@ static bool work_anywhere(void)
 
 static void monitor_resume(void);
 
-/* v was taken off the idle list (lock held then): end its sleep. */
+/* v was taken off the idle list (lock held then), or rests or stands by off it: end its
+ * sleep. */
 static void wake_worker(struct worker *v)
 {
 	atomic_store_explicit(&v->wake_word, 1, memory_order_release);
@@ -324,8 +325,7 @@ static void idle_remove(struct worker *w)
 static void wake_this(struct worker *v)
 {
 	if (atomic_load(&v->resting)) {
-		atomic_store_explicit(&v->wake_word, 1, memory_order_release);
-		futex_wake(&v->wake_word, 1);
+		wake_worker(v);
 		return;
 	}
 	pthread_mutex_lock(&S.idle_lock);
@@ -977,7 +977,8 @@ static void standby(struct worker *w)
 	atomic_compare_exchange_strong(&sched_gather_on, &home, 0);
 	stack_cache_drain(&w->stacks);
 	/* One idle worker polls fds, chosen as it goes to sleep (idle()); if that was this one,
-	 * an idle worker must come round again to take its place. */
+	 * an idle worker must come round again to take its place. The monitor's watch for
+	 * unpolled fds would not: it sleeps too once every worker does. */
 	if (poll_waiters() > 0 && !atomic_load(&S.polling))
 		wake_idle();
 	while (atomic_load(&w->standby) && !atomic_load(&S.stop)) {
@@ -1155,8 +1156,7 @@ static void start_spare(void)
 			atomic_fetch_add(&S.nspinning, 1);
 			v->spinning = true;
 			atomic_store(&v->standby, false);
-			atomic_store(&v->wake_word, 1);
-			futex_wake(&v->wake_word, 1);
+			wake_worker(v);
 			return;
 		}
 	}

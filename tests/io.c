@@ -304,12 +304,17 @@ TEST(blocking_pool_thousand_callers)
 
 static _Atomic int64_t ran_at;
 
+static void spin_for(int64_t ns)
+{
+	int64_t end = weft_now() + ns;
+	while (weft_now() < end) /* never yields */
+		;
+}
+
 static void spin_200ms(void *arg)
 {
 	(void)arg;
-	int64_t end = weft_now() + 200000000;
-	while (weft_now() < end) /* never yields */
-		;
+	spin_for(200000000);
 }
 
 static void mark(void *arg)
@@ -510,9 +515,7 @@ static void pipe_reader(void *arg)
 static void spin_40ms(void *arg)
 {
 	(void)arg;
-	int64_t end = weft_now() + 40000000;
-	while (weft_now() < end)
-		;
+	spin_for(40000000);
 }
 
 static int standby_while_reading(void *arg)
@@ -578,9 +581,7 @@ static int poller_goes_busy(void *arg)
 	weft_task *r = weft_spawn(steady_reader, NULL);
 	for (int round = 0; round < 10; round++) {
 		weft_sleep_until(weft_now() + 3000000); /* this worker may poll while it sleeps */
-		int64_t end = weft_now() + 100000000;
-		while (weft_now() < end) /* then holds it */
-			;
+		spin_for(100000000); /* then holds it */
 	}
 	atomic_store(&reading, false);
 	CHECK_EQ(weft_join(r), 0);
