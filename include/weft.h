@@ -657,7 +657,10 @@ void weft_barrier_destroy(weft_barrier *b);
  * fd in the same direction. Writes and sends finish partial writes before returning, unless the
  * deadline passes (they then return the bytes written, or -ETIMEDOUT if none). Sends never
  * raise SIGPIPE (-EPIPE instead). An fd a task has waited on must be closed with weft_close
- * (or close() under the shim).
+ * (or close() under the shim). After a read of a TCP socket that returned less than it asked
+ * for (the socket is then empty), a task's next read waits for new data before it tries the
+ * system call (docs/design.md, "Drained reads"): one system call less per request. A read
+ * with a deadline already past always makes the system call.
  */
 #include <sys/socket.h>
 #include <sys/types.h>

@@ -53,6 +53,15 @@ static bool ready_now(int fd, uint32_t events)
 	return sys_ppoll(&p, 1, &zero) > 0;
 }
 
+/* Whether the last read left fd empty (poll.c, "drained reads"), so that a task should wait for
+ * its edge rather than try a system call that would say EAGAIN (or poll(2) that would say not
+ * ready). Not with a deadline already past: that caller wants the kernel's answer, which may
+ * be ahead of the poller's. */
+static bool wait_first(int fd, int64_t deadline)
+{
+	return poll_read_drained(fd) && (deadline == WEFT_FOREVER || deadline > weft_now());
+}
+
 int weft_fd_wait(int fd, uint32_t events, int64_t deadline)
 {
 	if (fd < 0)
@@ -64,6 +73,8 @@ int weft_fd_wait(int fd, uint32_t events, int64_t deadline)
 	int err = poll_manage(fd);
 	if (err)
 		return err;
+	if (events == EPOLLIN && wait_first(fd, deadline))
+		return poll_wait(fd, events, deadline);
 	return ready_now(fd, events) ? 0 : poll_wait(fd, events, deadline);
 }
 
@@ -73,16 +84,24 @@ static int wait_after_eagain(int fd, uint32_t events, int64_t deadline)
 	return weft_self() ? poll_wait(fd, events, deadline) : thread_wait(fd, events, deadline);
 }
 
-/* Retry op while it says EAGAIN, waiting for `events` in between. */
-#define RETRY(fd, events, deadline, call)                                  \
+/* Retry op while it says EAGAIN, waiting for `events` in between. `len`: for a read, the bytes
+ * it asks for (a short one may leave fd drained); 0 for any other call. */
+#define RETRY(fd, events, deadline, len, call)                             \
 	do {                                                               \
-		if (weft_self()) {                                         \
+		bool task_ = weft_self() != NULL;                          \
+		size_t len_ = (len);                                       \
+		if (task_) {                                               \
 			int err_ = poll_manage(fd);                        \
+			if (!err_ && len_ && wait_first(fd, deadline))     \
+				err_ = poll_wait(fd, EPOLLIN, deadline);   \
 			if (err_)                                          \
 				return err_;                               \
 		}                                                          \
 		for (;;) {                                                 \
+			uint32_t tok_ = task_ && len_ ? poll_read_token(fd) : 0; \
 			ssize_t r_ = (call);                               \
+			if (r_ > 0 && (size_t)r_ < len_ && task_)          \
+				poll_read_short(fd, tok_);                 \
 			if (r_ >= 0)                                       \
 				return r_;                                 \
 			if (errno == EINTR)                                \
@@ -95,30 +114,45 @@ static int wait_after_eagain(int fd, uint32_t events, int64_t deadline)
 		}                                                          \
 	} while (0)
 
+static size_t iov_total(const struct iovec *iov, int n)
+{
+	size_t t = 0;
+	for (int i = 0; i < n; i++)
+		t += iov[i].iov_len;
+	return t;
+}
+
+/* recv flags after which a short read says the socket is empty: no peeking, no urgent data. */
+static bool plain(int flags)
+{
+	return !(flags & (MSG_PEEK | MSG_OOB | MSG_TRUNC));
+}
+
 ssize_t weft_read(int fd, void *buf, size_t n, int64_t deadline)
 {
-	RETRY(fd, EPOLLIN, deadline, sys_read(fd, buf, n));
+	RETRY(fd, EPOLLIN, deadline, n, sys_read(fd, buf, n));
 }
 
 ssize_t weft_readv(int fd, const struct iovec *iov, int n, int64_t deadline)
 {
-	RETRY(fd, EPOLLIN, deadline, sys_readv(fd, iov, n));
+	RETRY(fd, EPOLLIN, deadline, iov_total(iov, n), sys_readv(fd, iov, n));
 }
 
 ssize_t weft_recv(int fd, void *buf, size_t n, int flags, int64_t deadline)
 {
-	RETRY(fd, EPOLLIN, deadline, sys_recvfrom(fd, buf, n, flags, NULL, NULL));
+	RETRY(fd, EPOLLIN, deadline, plain(flags) ? n : 0, sys_recvfrom(fd, buf, n, flags, NULL, NULL));
 }
 
 ssize_t weft_recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *from,
 		      socklen_t *fromlen, int64_t deadline)
 {
-	RETRY(fd, EPOLLIN, deadline, sys_recvfrom(fd, buf, n, flags, from, fromlen));
+	RETRY(fd, EPOLLIN, deadline, plain(flags) ? n : 0,
+	      sys_recvfrom(fd, buf, n, flags, from, fromlen));
 }
 
 ssize_t weft_recvmsg(int fd, struct msghdr *m, int flags, int64_t deadline)
 {
-	RETRY(fd, EPOLLIN, deadline, sys_recvmsg(fd, m, flags));
+	RETRY(fd, EPOLLIN, deadline, 0, sys_recvmsg(fd, m, flags));
 }
 
 /* On a socket, send(MSG_NOSIGNAL): a closed peer gives -EPIPE, not a SIGPIPE. */
@@ -135,13 +169,13 @@ static ssize_t write_call(int fd, const void *buf, size_t n)
 
 static ssize_t write_once(int fd, const void *buf, size_t n, int64_t deadline)
 {
-	RETRY(fd, EPOLLOUT, deadline, write_call(fd, buf, n));
+	RETRY(fd, EPOLLOUT, deadline, 0, write_call(fd, buf, n));
 }
 
 static ssize_t sendto_once(int fd, const void *buf, size_t n, int flags,
 			   const struct sockaddr *to, socklen_t tolen, int64_t deadline)
 {
-	RETRY(fd, EPOLLOUT, deadline, sys_sendto(fd, buf, n, flags | MSG_NOSIGNAL, to, tolen));
+	RETRY(fd, EPOLLOUT, deadline, 0, sys_sendto(fd, buf, n, flags | MSG_NOSIGNAL, to, tolen));
 }
 
 ssize_t weft_write(int fd, const void *buf, size_t n, int64_t deadline)
@@ -177,20 +211,12 @@ ssize_t weft_sendto(int fd, const void *buf, size_t n, int flags, const struct s
 /* writev/sendmsg: finish partial writes by advancing through the vector. */
 static ssize_t writev_once(int fd, const struct iovec *iov, int n, int64_t deadline)
 {
-	RETRY(fd, EPOLLOUT, deadline, sys_writev(fd, iov, n));
+	RETRY(fd, EPOLLOUT, deadline, 0, sys_writev(fd, iov, n));
 }
 
 static ssize_t sendmsg_once(int fd, const struct msghdr *m, int flags, int64_t deadline)
 {
-	RETRY(fd, EPOLLOUT, deadline, sys_sendmsg(fd, m, flags | MSG_NOSIGNAL));
-}
-
-static size_t iov_total(const struct iovec *iov, int n)
-{
-	size_t t = 0;
-	for (int i = 0; i < n; i++)
-		t += iov[i].iov_len;
-	return t;
+	RETRY(fd, EPOLLOUT, deadline, 0, sys_sendmsg(fd, m, flags | MSG_NOSIGNAL));
 }
 
 /* Copy of the not-yet-written part of iov after `done` bytes, into tmp (at most 64 entries). */
@@ -247,7 +273,7 @@ ssize_t weft_sendmsg(int fd, const struct msghdr *m, int flags, int64_t deadline
 
 static int accept_once(int fd, struct sockaddr *addr, socklen_t *len, int flags, int64_t deadline)
 {
-	RETRY(fd, EPOLLIN, deadline, sys_accept4(fd, addr, len, flags));
+	RETRY(fd, EPOLLIN, deadline, 0, sys_accept4(fd, addr, len, flags));
 }
 
 /* The new fd is made non-blocking at once (saving the two fcntl calls of its first wait);

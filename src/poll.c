@@ -15,6 +15,22 @@
  * that came in between is not lost. The poller (poll_run) wakes waiters through the wait
  * protocol (wait.h), which puts them on the polling worker's queue.
  *
+ * Drained reads (nginx's trick, its rev->ready = 0). A read of a TCP socket that returns less
+ * than it asked for has emptied the socket's receive queue: the kernel copies until the queue
+ * is empty or the buffer full. Any data after it comes with a new edge. So the next read need
+ * not try its system call, which would only say EAGAIN: it waits for that edge first (io.c),
+ * one system call less per request of a request/response protocol. `drained` records such a
+ * read, as rd_edges + 1 taken before its system call: an edge taken by any poll_wait since
+ * (rd_edges moved) voids it, since that edge may be for data nobody has read yet. The
+ * exceptions, where a short read leaves something behind, each announce themselves in the
+ * edge that brought them: urgent data (the read stops at its mark; EPOLLPRI), end of file
+ * (the read that returns the last bytes leaves the FIN for the next; EPOLLRDHUP) and errors
+ * (EPOLLERR, EPOLLHUP). The poller clears `drains` for good when it sees one, before it hands
+ * the edge to anyone, so a reader that took that edge sees the clear. Not applied to other
+ * kinds of fd: a datagram socket, a tty in canonical mode, a packet-mode pipe or a Unix socket
+ * passing fds return short reads with more to come. On a kernel-TLS socket, a control record
+ * (an alert) after data stays behind until the next edge (usually the peer's FIN).
+ *
  * Who polls: an idle worker that finds tasks waiting on fds sleeps in epoll_pwait2 instead of
  * its futex (one at a time; an eventfd wakes it when work arrives), and a busy worker polls
  * without waiting every few dozen switches, so ready sockets are served under load too.
@@ -28,6 +44,8 @@
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include "spin.h"
@@ -47,6 +65,10 @@ struct fdesc {
 	atomic_bool not_socket;            /* write(2) it is: send(2) said ENOTSOCK */
 	uint32_t ready;
 	struct wait *rd, *wr;
+	/* drained reads */
+	_Atomic signed char drains;        /* a short read empties fd: 1 (TCP), 0, -1 not known */
+	_Atomic uint32_t rd_edges;         /* read edges taken by poll_wait */
+	_Atomic uint32_t drained;          /* rd_edges + 1 as of a short read, or 0 */
 };
 
 static struct {
@@ -65,8 +87,10 @@ static struct fdesc *fdesc_of(int fd, bool create)
 		pthread_mutex_lock(&P.grow);
 		c = atomic_load(&P.chunks[fd / CHUNK]);
 		if (!c && (c = calloc(CHUNK, sizeof *c))) {
-			for (int i = 0; i < CHUNK; i++)
+			for (int i = 0; i < CHUNK; i++) {
 				atomic_init(&c[i].user_nonblock, -1);
+				atomic_init(&c[i].drains, -1);
+			}
 			atomic_store_explicit(&P.chunks[fd / CHUNK], c, memory_order_release);
 		}
 		pthread_mutex_unlock(&P.grow);
@@ -136,11 +160,54 @@ int poll_waiters(void)
 	return atomic_load_explicit(&P.waiters, memory_order_relaxed);
 }
 
+/* ---- drained reads ---- */
+
+uint32_t poll_read_token(int fd)
+{
+	struct fdesc *d = fdesc_of(fd, false);
+	return d ? atomic_load_explicit(&d->rd_edges, memory_order_relaxed) : 0;
+}
+
+/* Whether a short read leaves fd empty: a TCP socket whose edges never said otherwise. */
+static bool drains(int fd, struct fdesc *d)
+{
+	signed char k = atomic_load_explicit(&d->drains, memory_order_relaxed);
+	if (k < 0) {
+		int proto = 0;
+		socklen_t len = sizeof proto;
+		k = getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &len) == 0 &&
+		    proto == IPPROTO_TCP;
+		signed char unknown = -1; /* the poller may have cleared it meanwhile */
+		atomic_compare_exchange_strong_explicit(&d->drains, &unknown, k,
+							memory_order_relaxed, memory_order_relaxed);
+	}
+	return atomic_load_explicit(&d->drains, memory_order_acquire) == 1;
+}
+
+void poll_read_short(int fd, uint32_t token)
+{
+	struct fdesc *d = fdesc_of(fd, false);
+	if (d && drains(fd, d))
+		atomic_store_explicit(&d->drained, token + 1, memory_order_relaxed);
+}
+
+bool poll_read_drained(int fd)
+{
+	struct fdesc *d = fdesc_of(fd, false);
+	if (!d)
+		return false;
+	uint32_t at = atomic_load_explicit(&d->drained, memory_order_relaxed);
+	return at && at == atomic_load_explicit(&d->rd_edges, memory_order_relaxed) + 1;
+}
+
+/* ---- waiting ---- */
+
 static int ensure_registered(int fd, struct fdesc *d)
 {
 	if (d->registered)
 		return 0;
-	struct epoll_event e = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.fd = fd };
+	struct epoll_event e = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLET,
+				 .data.fd = fd };
 	if (epoll_ctl(P.ep, EPOLL_CTL_ADD, fd, &e) < 0 && errno != EEXIST)
 		return -errno;
 	d->registered = true;
@@ -159,6 +226,8 @@ int poll_wait(int fd, uint32_t events, int64_t deadline)
 	int err = ensure_registered(fd, d);
 	if (!err && (d->ready & bit)) { /* an edge came since the caller's last try */
 		d->ready &= ~bit;
+		if (rd)
+			atomic_fetch_add_explicit(&d->rd_edges, 1, memory_order_relaxed);
 		spin_unlock(&d->lock);
 		return 0;
 	}
@@ -178,6 +247,8 @@ int poll_wait(int fd, uint32_t events, int64_t deadline)
 		if (*slot == w)
 			*slot = NULL;
 		spin_unlock(&d->lock);
+	} else if (r == 0 && rd) {
+		atomic_fetch_add_explicit(&d->rd_edges, 1, memory_order_relaxed);
 	}
 	atomic_fetch_sub(&P.waiters, 1);
 	return r;
@@ -236,8 +307,10 @@ int poll_run(int64_t deadline)
 		if (!d)
 			continue;
 		struct wait *r = NULL, *w = NULL;
+		if (e & (EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) /* before anyone has the edge */
+			atomic_store_explicit(&d->drains, 0, memory_order_release);
 		spin_lock(&d->lock);
-		if (e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+		if (e & (EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
 			r = deliver(d, &d->rd, EPOLLIN);
 		if (e & (EPOLLOUT | EPOLLHUP | EPOLLERR))
 			w = deliver(d, &d->wr, EPOLLOUT);
@@ -270,6 +343,8 @@ void poll_forget(int fd)
 	d->ready = 0;
 	atomic_store_explicit(&d->user_nonblock, -1, memory_order_relaxed);
 	atomic_store_explicit(&d->not_socket, false, memory_order_relaxed);
+	atomic_store_explicit(&d->drains, -1, memory_order_relaxed);
+	atomic_store_explicit(&d->drained, 0, memory_order_relaxed);
 	struct wait *r = d->rd && wait_claim(d->rd) ? d->rd : NULL;
 	struct wait *w = d->wr && wait_claim(d->wr) ? d->wr : NULL;
 	d->rd = d->wr = NULL;

@@ -30,6 +30,12 @@ void poll_set_user_nonblock(int fd, bool on);
 /* Whether fd is known not to be a socket (weft_write then uses write(2), not send(2)). */
 bool poll_not_socket(int fd);
 void poll_set_not_socket(int fd);
+/* Drained reads (poll.c): take a token before a read's system call; if it read less than it
+ * asked for, say so with the token; the next read asks poll_read_drained whether to wait for
+ * the fd's edge before its system call. */
+uint32_t poll_read_token(int fd);
+void poll_read_short(int fd, uint32_t token);
+bool poll_read_drained(int fd);
 /* Make fd non-blocking in the kernel, remembering what it was. 0 or -errno. */
 int poll_manage(int fd);
 #endif

@@ -1,6 +1,7 @@
 /* Tests of sockets, deadlines, the blocking pool and the stuck-worker monitor. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -665,4 +667,216 @@ static int unix_sockets(void *arg)
 TEST(unix_domain_sockets)
 {
 	RUN(unix_sockets);
+}
+
+/* ---- drained reads: after a short read of a TCP socket the next read waits for the socket's
+ * edge before its system call (poll.c); whatever a short read can leave behind - the end of
+ * the stream, a reset, data beyond an urgent mark - must still be read at once ------------ */
+
+static void tcp_pair(int *client, int *server)
+{
+	int lfd = weft_tcp_listen("127.0.0.1", 0, 4);
+	CHECK(lfd >= 0);
+	*client = weft_tcp_connect("127.0.0.1", listen_port(lfd), weft_now() + 1000 * MS);
+	*server = weft_accept(lfd, NULL, NULL, 0, weft_now() + 1000 * MS);
+	CHECK(*client >= 0 && *server >= 0);
+	weft_close(lfd);
+}
+
+enum { EDGE_ROUNDS = 250 };
+static atomic_int edge_how;
+
+/* How the peer ends each round, right after sending "abc" + "def" (two segments). END_EARLY:
+ * it sends and ends (FIN) before the reader's first read, on a socket nobody has waited on. */
+enum { END_FIN, END_RESET, END_URGENT, END_MORE_LATER, END_EARLY, END_KINDS };
+
+/* The peer, a plain thread: waits until the reader is parked (it has read the round's first
+ * byte), then sends, and ends the round as told. */
+static void *edge_peer(void *arg)
+{
+	int c = *(int *)arg;
+	int how = atomic_load(&edge_how);
+	char go;
+	if (how != END_EARLY) {
+		CHECK_EQ(read(c, &go, 1), 1); /* the reader's "ready" */
+		usleep(200);                  /* let it park in its read */
+	}
+	CHECK_EQ(send(c, "abc", 3, MSG_NOSIGNAL), 3);
+	if (how == END_URGENT)
+		CHECK_EQ(send(c, "!", 1, MSG_OOB | MSG_NOSIGNAL), 1); /* the read stops at the mark */
+	CHECK_EQ(send(c, "def", 3, MSG_NOSIGNAL), 3);
+	if (how == END_FIN || how == END_EARLY) {
+		shutdown(c, SHUT_WR);
+	} else if (how == END_RESET) {
+		struct linger lg = { 1, 0 };
+		setsockopt(c, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+		weft_close(c); /* sends the reset */
+	} else if (how == END_MORE_LATER) {
+		usleep(2000);
+		CHECK_EQ(send(c, "ghi", 3, MSG_NOSIGNAL), 3);
+		shutdown(c, SHUT_WR);
+	} /* END_URGENT: no end, which would announce itself */
+	return NULL;
+}
+
+/* One round: everything the peer sent arrives, then the end it chose, each read within 1 s. */
+static void edge_round(int how)
+{
+	int c, s;
+	tcp_pair(&c, &s);
+	/* the peer thread uses c with plain calls: make it blocking again */
+	int fl = fcntl(c, F_GETFL);
+	CHECK(fcntl(c, F_SETFL, fl & ~O_NONBLOCK) == 0);
+	atomic_store(&edge_how, how);
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, edge_peer, &c), 0);
+	if (how == END_EARLY)
+		CHECK_EQ(pthread_join(th, NULL), 0);
+	else
+		CHECK_EQ(weft_write(s, "r", 1, WEFT_FOREVER), 1);
+	char got[16], b[16];
+	size_t n = 0;
+	ssize_t r = 0;
+	const char *want = how == END_MORE_LATER ? "abcdefghi" : "abcdef";
+	while ((how != END_URGENT || n < strlen(want)) &&
+	       (r = weft_read(s, b, sizeof b, weft_now() + 1000 * MS)) > 0) {
+		CHECK(n + (size_t)r <= sizeof got);
+		memcpy(got + n, b, (size_t)r);
+		n += (size_t)r;
+	}
+	CHECK(r != -ETIMEDOUT); /* a short read left something behind, and it was not read */
+	CHECK_EQ(n, strlen(want));
+	CHECK(memcmp(got, want, n) == 0);
+	if (how != END_URGENT)
+		CHECK_EQ(r, how == END_RESET ? -ECONNRESET : 0);
+	if (how != END_EARLY)
+		CHECK_EQ(pthread_join(th, NULL), 0);
+	if (how != END_RESET)
+		weft_close(c);
+	weft_close(s);
+}
+
+static int short_read_ends(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < EDGE_ROUNDS; i++)
+		edge_round(i % END_KINDS);
+	return 0;
+}
+
+TEST(short_reads_leave_nothing_unread)
+{
+	RUN(short_read_ends);
+}
+
+/* After a short read: weft_fd_wait waits for the next edge (no poll(2) needed to know the
+ * socket is empty), and a read with a deadline already past still gets data that the kernel
+ * has and the poller has not seen yet (it makes the system call: it wants the kernel's answer). */
+static int after_a_short_read(void *arg)
+{
+	(void)arg;
+	int c, s;
+	tcp_pair(&c, &s);
+	char b[16];
+	CHECK_EQ(weft_write(c, "abcd", 4, WEFT_FOREVER), 4);
+	CHECK_EQ(weft_fd_wait(s, EPOLLIN, weft_now() + 1000 * MS), 0);
+	CHECK_EQ(weft_read(s, b, 2, WEFT_FOREVER), 2); /* a full read: data left behind */
+	CHECK_EQ(weft_fd_wait(s, EPOLLIN, weft_now() + 1000 * MS), 0);
+	CHECK_EQ(weft_read(s, b, sizeof b, WEFT_FOREVER), 2); /* short: drained */
+	CHECK_EQ(weft_fd_wait(s, EPOLLIN, weft_now() + 20 * MS), -ETIMEDOUT);
+	CHECK_EQ(weft_read(s, b, sizeof b, weft_now() + 20 * MS), -ETIMEDOUT);
+	/* more data, seen by the kernel before any poller can have run: this task holds its
+	 * worker, and the other one sleeps on its futex (no task waits on an fd) */
+	CHECK_EQ(send(c, "ef", 2, MSG_NOSIGNAL), 2);
+	int avail = 0;
+	for (int64_t end = weft_now() + 1000 * MS; avail < 2 && weft_now() < end;)
+		CHECK(ioctl(s, FIONREAD, &avail) == 0);
+	CHECK_EQ(avail, 2);
+	CHECK_EQ(weft_read(s, b, sizeof b, 0), 2);
+	CHECK(memcmp(b, "ef", 2) == 0);
+	CHECK_EQ(weft_read(s, b, sizeof b, 0), -ETIMEDOUT);
+	/* and weft_fd_wait sees data that came after the short read */
+	CHECK_EQ(send(c, "g", 1, MSG_NOSIGNAL), 1);
+	CHECK_EQ(weft_fd_wait(s, EPOLLIN, weft_now() + 1000 * MS), 0);
+	CHECK_EQ(weft_read(s, b, sizeof b, WEFT_FOREVER), 1);
+	weft_close(c);
+	weft_close(s);
+	return 0;
+}
+
+TEST(fd_wait_and_past_deadlines_after_a_short_read)
+{
+	RUN(after_a_short_read);
+}
+
+/* Stress: plain threads write byte streams in chunks of random sizes at random moments; tasks
+ * on every worker read them with buffers of random sizes (short reads, drained sockets, edges
+ * racing the reads) and check every byte, and the end. */
+enum { STREAMS = 16, STREAM_BYTES = 1000000 };
+static int stream_c[STREAMS], stream_s[STREAMS];
+
+static char stream_byte(int i, size_t at)
+{
+	return (char)(at * 131 + (size_t)i);
+}
+
+static void *stream_writer(void *arg)
+{
+	int i = (int)(intptr_t)arg;
+	unsigned seed = (unsigned)i * 7919 + 1;
+	char buf[4096];
+	for (size_t sent = 0; sent < STREAM_BYTES;) {
+		size_t n = 1 + (seed = seed * 1103515245 + 12345) % sizeof buf;
+		if (n > STREAM_BYTES - sent)
+			n = STREAM_BYTES - sent;
+		for (size_t k = 0; k < n; k++)
+			buf[k] = stream_byte(i, sent + k);
+		CHECK_EQ(weft_write(stream_c[i], buf, n, WEFT_FOREVER), n); /* a thread: it blocks */
+		sent += n;
+		if (seed % 4 == 0)
+			usleep(seed % 200);
+	}
+	shutdown(stream_c[i], SHUT_WR);
+	return NULL;
+}
+
+static void stream_reader(void *arg)
+{
+	int i = (int)(intptr_t)arg;
+	unsigned seed = (unsigned)i * 104729 + 3;
+	char buf[2048];
+	size_t at = 0;
+	ssize_t r;
+	while ((r = weft_read(stream_s[i], buf, 1 + (seed = seed * 1103515245 + 12345) % sizeof buf,
+			      weft_now() + 5000 * MS)) > 0) {
+		for (ssize_t k = 0; k < r; k++)
+			CHECK_EQ(buf[k], stream_byte(i, at + (size_t)k));
+		at += (size_t)r;
+	}
+	CHECK_EQ(r, 0);
+	CHECK_EQ(at, STREAM_BYTES);
+}
+
+static int streams(void *arg)
+{
+	(void)arg;
+	pthread_t th[STREAMS];
+	weft_task *t[STREAMS];
+	for (int i = 0; i < STREAMS; i++) {
+		tcp_pair(&stream_c[i], &stream_s[i]);
+		CHECK((t[i] = weft_spawn(stream_reader, (void *)(intptr_t)i)));
+		CHECK_EQ(pthread_create(&th[i], NULL, stream_writer, (void *)(intptr_t)i), 0);
+	}
+	for (int i = 0; i < STREAMS; i++) {
+		CHECK_EQ(weft_join(t[i]), 0);
+		CHECK_EQ(pthread_join(th[i], NULL), 0);
+		weft_close(stream_c[i]);
+		weft_close(stream_s[i]);
+	}
+	return 0;
+}
+
+TEST(byte_streams_from_threads_read_in_random_sizes)
+{
+	RUN(streams);
 }
