@@ -114,20 +114,6 @@ static int wait_after_eagain(int fd, uint32_t events, int64_t deadline)
 		}                                                          \
 	} while (0)
 
-static size_t iov_total(const struct iovec *iov, int n)
-{
-	size_t t = 0;
-	for (int i = 0; i < n; i++)
-		t += iov[i].iov_len;
-	return t;
-}
-
-/* recv flags after which a short read says the socket is empty: no peeking, no urgent data. */
-static bool plain(int flags)
-{
-	return !(flags & (MSG_PEEK | MSG_OOB | MSG_TRUNC));
-}
-
 ssize_t weft_read(int fd, void *buf, size_t n, int64_t deadline)
 {
 	RETRY(fd, EPOLLIN, deadline, n, sys_read(fd, buf, n));
@@ -140,13 +126,13 @@ ssize_t weft_readv(int fd, const struct iovec *iov, int n, int64_t deadline)
 
 ssize_t weft_recv(int fd, void *buf, size_t n, int flags, int64_t deadline)
 {
-	RETRY(fd, EPOLLIN, deadline, plain(flags) ? n : 0, sys_recvfrom(fd, buf, n, flags, NULL, NULL));
+	RETRY(fd, EPOLLIN, deadline, recv_len(n, flags), sys_recvfrom(fd, buf, n, flags, NULL, NULL));
 }
 
 ssize_t weft_recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *from,
 		      socklen_t *fromlen, int64_t deadline)
 {
-	RETRY(fd, EPOLLIN, deadline, plain(flags) ? n : 0,
+	RETRY(fd, EPOLLIN, deadline, recv_len(n, flags),
 	      sys_recvfrom(fd, buf, n, flags, from, fromlen));
 }
 

@@ -173,10 +173,11 @@ static bool drains(int fd, struct fdesc *d)
 {
 	signed char k = atomic_load_explicit(&d->drains, memory_order_relaxed);
 	if (k < 0) {
-		int proto = 0;
+		int proto = 0, e = errno; /* the shim's read keeps libc's errno */
 		socklen_t len = sizeof proto;
 		k = getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &len) == 0 &&
 		    proto == IPPROTO_TCP;
+		errno = e;
 		signed char unknown = -1; /* the poller may have cleared it meanwhile */
 		atomic_compare_exchange_strong_explicit(&d->drains, &unknown, k,
 							memory_order_relaxed, memory_order_relaxed);

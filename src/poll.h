@@ -7,6 +7,8 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 
 int poll_init(void);
 /* Park the caller until fd is ready for `events` (EPOLLIN and/or EPOLLOUT), the deadline
@@ -36,6 +38,22 @@ void poll_set_not_socket(int fd);
 uint32_t poll_read_token(int fd);
 void poll_read_short(int fd, uint32_t token);
 bool poll_read_drained(int fd);
+
+/* The bytes readv and writev ask for. */
+static inline size_t iov_total(const struct iovec *iov, int n)
+{
+	size_t t = 0;
+	for (int i = 0; i < n; i++)
+		t += iov[i].iov_len;
+	return t;
+}
+
+/* What a recv of n bytes with `flags` asks for, as far as drained reads go: 0 when its short
+ * read says nothing of the queue (it peeked, or read urgent data). */
+static inline size_t recv_len(size_t n, int flags)
+{
+	return flags & (MSG_PEEK | MSG_OOB | MSG_TRUNC) ? 0 : n;
+}
 /* Make fd non-blocking in the kernel, remembering what it was. 0 or -errno. */
 int poll_manage(int fd);
 #endif

@@ -135,12 +135,16 @@ static bool thread_should_wait(int fd, long r)
 }
 
 /*
- * The body of every fd call: `call` is the libc call, `ev` the direction.
+ * The body of every fd call: `call` is the libc call, `ev` the direction, `len` for a read the
+ * bytes it asks for (weft's drained-reads rule, poll.c; 0 for other calls), `nowait` whether
+ * the caller said MSG_DONTWAIT (then the call is made once, as libc would).
  * In a task: make the fd non-blocking, retry the call while it would block and the program
  * believes the fd blocking, parking on the fd in between.
  */
-#define FD_CALL(fd, ev, call)                                                              \
+#define FD_CALL(fd, ev, len, nowait, call)                                                 \
 	do {                                                                               \
+		if (nowait)                                                                \
+			return (long)(call);                                               \
 		if (!in_task()) {                                                          \
 			for (;;) {                                                         \
 				long r_ = (long)(call);                                    \
@@ -153,8 +157,17 @@ static bool thread_should_wait(int fd, long r)
 		}                                                                          \
 		if (fd <= 2 || poll_manage(fd) < 0)                                        \
 			return (long)(call);                                               \
+		size_t len_ = (len);                                                       \
+		if (len_ && poll_user_nonblock(fd) != 1 && poll_read_drained(fd)) {        \
+			int w_ = poll_wait(fd, EPOLLIN, WEFT_FOREVER);                     \
+			if (w_ < 0)                                                        \
+				return fail(w_);                                           \
+		}                                                                          \
 		for (;;) {                                                                 \
+			uint32_t tok_ = len_ ? poll_read_token(fd) : 0;                    \
 			long r_ = (long)(call);                                            \
+			if (r_ > 0 && (size_t)r_ < len_)                                   \
+				poll_read_short(fd, tok_);                                 \
 			if (r_ >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK) ||        \
 			    poll_user_nonblock(fd) == 1)                                   \
 				return r_;                                                 \
@@ -167,74 +180,75 @@ static bool thread_should_wait(int fd, long r)
 ssize_t read(int fd, void *buf, size_t n)
 {
 	REAL(read);
-	FD_CALL(fd, EPOLLIN, real_read(fd, buf, n));
+	FD_CALL(fd, EPOLLIN, n, false, real_read(fd, buf, n));
 }
 
 ssize_t write(int fd, const void *buf, size_t n)
 {
 	REAL(write);
-	FD_CALL(fd, EPOLLOUT, real_write(fd, buf, n));
+	FD_CALL(fd, EPOLLOUT, 0, false, real_write(fd, buf, n));
 }
 
 ssize_t readv(int fd, const struct iovec *iov, int n)
 {
 	REAL(readv);
-	FD_CALL(fd, EPOLLIN, real_readv(fd, iov, n));
+	FD_CALL(fd, EPOLLIN, iov_total(iov, n), false, real_readv(fd, iov, n));
 }
 
 ssize_t writev(int fd, const struct iovec *iov, int n)
 {
 	REAL(writev);
-	FD_CALL(fd, EPOLLOUT, real_writev(fd, iov, n));
+	FD_CALL(fd, EPOLLOUT, 0, false, real_writev(fd, iov, n));
 }
 
 ssize_t recv(int fd, void *buf, size_t n, int flags)
 {
 	REAL(recv);
-	FD_CALL(fd, EPOLLIN, real_recv(fd, buf, n, flags));
+	FD_CALL(fd, EPOLLIN, recv_len(n, flags), flags & MSG_DONTWAIT, real_recv(fd, buf, n, flags));
 }
 
 ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *a, socklen_t *l)
 {
 	REAL(recvfrom);
-	FD_CALL(fd, EPOLLIN, real_recvfrom(fd, buf, n, flags, a, l));
+	FD_CALL(fd, EPOLLIN, recv_len(n, flags), flags & MSG_DONTWAIT,
+		real_recvfrom(fd, buf, n, flags, a, l));
 }
 
 ssize_t recvmsg(int fd, struct msghdr *m, int flags)
 {
 	REAL(recvmsg);
-	FD_CALL(fd, EPOLLIN, real_recvmsg(fd, m, flags));
+	FD_CALL(fd, EPOLLIN, 0, flags & MSG_DONTWAIT, real_recvmsg(fd, m, flags));
 }
 
 ssize_t send(int fd, const void *buf, size_t n, int flags)
 {
 	REAL(send);
-	FD_CALL(fd, EPOLLOUT, real_send(fd, buf, n, flags));
+	FD_CALL(fd, EPOLLOUT, 0, flags & MSG_DONTWAIT, real_send(fd, buf, n, flags));
 }
 
 ssize_t sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *a,
 	       socklen_t l)
 {
 	REAL(sendto);
-	FD_CALL(fd, EPOLLOUT, real_sendto(fd, buf, n, flags, a, l));
+	FD_CALL(fd, EPOLLOUT, 0, flags & MSG_DONTWAIT, real_sendto(fd, buf, n, flags, a, l));
 }
 
 ssize_t sendmsg(int fd, const struct msghdr *m, int flags)
 {
 	REAL(sendmsg);
-	FD_CALL(fd, EPOLLOUT, real_sendmsg(fd, m, flags));
+	FD_CALL(fd, EPOLLOUT, 0, flags & MSG_DONTWAIT, real_sendmsg(fd, m, flags));
 }
 
 int accept4(int fd, struct sockaddr *a, socklen_t *l, int flags)
 {
 	REAL(accept4);
-	FD_CALL(fd, EPOLLIN, real_accept4(fd, a, l, flags));
+	FD_CALL(fd, EPOLLIN, 0, false, real_accept4(fd, a, l, flags));
 }
 
 int accept(int fd, struct sockaddr *a, socklen_t *l)
 {
 	REAL(accept);
-	FD_CALL(fd, EPOLLIN, real_accept(fd, a, l));
+	FD_CALL(fd, EPOLLIN, 0, false, real_accept(fd, a, l));
 }
 
 int connect(int fd, const struct sockaddr *a, socklen_t l)

@@ -7,9 +7,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -146,6 +148,71 @@ TEST(child_libc_semantics)
 	RUN(mixed_main);
 }
 
+/* Plain code on TCP inside tasks: an echo of several requests, each answered after a short
+ * read (weft's drained-reads rule applies: the next read waits for data first), ended by the
+ * client's FIN; recv with MSG_DONTWAIT on a blocking socket says EAGAIN at once, as in libc;
+ * and a successful read leaves errno alone. */
+static int tcp_c, tcp_s;
+
+static void plain_echo_until_eof(void *arg)
+{
+	(void)arg;
+	char b[256];
+	ssize_t n;
+	while ((n = read(tcp_s, b, sizeof b)) > 0)
+		CHECK_EQ(write(tcp_s, b, (size_t)n), n);
+	CHECK_EQ(n, 0);
+}
+
+static int tcp_main(void *arg)
+{
+	(void)arg;
+	int lfd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof a;
+	CHECK(bind(lfd, (struct sockaddr *)&a, sizeof a) == 0 && listen(lfd, 4) == 0);
+	CHECK(getsockname(lfd, (struct sockaddr *)&a, &al) == 0);
+	tcp_c = socket(AF_INET, SOCK_STREAM, 0);
+	CHECK(connect(tcp_c, (struct sockaddr *)&a, sizeof a) == 0);
+	CHECK((tcp_s = accept(lfd, NULL, NULL)) >= 0);
+	char b[16];
+	errno = 0;
+	CHECK(recv(tcp_s, b, sizeof b, MSG_DONTWAIT) == -1 && errno == EAGAIN);
+	weft_task *t = weft_spawn(plain_echo_until_eof, NULL);
+	for (int i = 0; i < 20; i++) {
+		char m[8];
+		int n = snprintf(m, sizeof m, "req %d", i);
+		CHECK_EQ(write(tcp_c, m, (size_t)n), n);
+		size_t got = 0;
+		while (got < (size_t)n) {
+			ssize_t k = read(tcp_c, b + got, sizeof b - got);
+			CHECK(k > 0);
+			got += (size_t)k;
+		}
+		CHECK(memcmp(b, m, (size_t)n) == 0);
+		usleep(1000 * (i % 3)); /* the server waits in its read at times, at times not */
+	}
+	shutdown(tcp_c, SHUT_WR);
+	CHECK_EQ(weft_join(t), 0);
+	int p[2];
+	CHECK(pipe(p) == 0);
+	CHECK_EQ(write(p[1], "x", 1), 1);
+	errno = 12345;
+	CHECK_EQ(read(p[0], b, sizeof b), 1);
+	CHECK_EQ(errno, 12345);
+	close(p[0]);
+	close(p[1]);
+	close(tcp_c);
+	close(tcp_s);
+	close(lfd);
+	return 0;
+}
+
+TEST(child_tcp)
+{
+	RUN(tcp_main);
+}
+
 /* ---- the tests: run a child with the shim preloaded --------------------------------------- */
 
 static void run_child(const char *name)
@@ -182,4 +249,9 @@ TEST(blocking_reads_park_only_their_task)
 TEST(libc_semantics_kept_inside_and_outside_tasks)
 {
 	run_child("child_libc_semantics");
+}
+
+TEST(tcp_reads_and_dontwait_keep_libc_semantics)
+{
+	run_child("child_tcp");
 }
