@@ -56,7 +56,8 @@ static bool ready_now(int fd, uint32_t events)
 /* Whether the last read left fd empty (poll.c, "drained reads"), so that a task should wait for
  * its edge rather than try a system call that would say EAGAIN (or poll(2) that would say not
  * ready). Not with a deadline already past: that caller wants the kernel's answer, which may
- * be ahead of the poller's. */
+ * be ahead of the poller's. For the same reason a wait that times out asks the kernel once
+ * before it says -ETIMEDOUT (the poller may not have come round: every worker busy). */
 static bool wait_first(int fd, int64_t deadline)
 {
 	return poll_read_drained(fd) && (deadline == WEFT_FOREVER || deadline > weft_now());
@@ -73,8 +74,10 @@ int weft_fd_wait(int fd, uint32_t events, int64_t deadline)
 	int err = poll_manage(fd);
 	if (err)
 		return err;
-	if (events == EPOLLIN && wait_first(fd, deadline))
-		return poll_wait(fd, events, deadline);
+	if (events == EPOLLIN && wait_first(fd, deadline)) {
+		err = poll_wait(fd, events, deadline);
+		return err == -ETIMEDOUT && ready_now(fd, events) ? 0 : err;
+	}
 	return ready_now(fd, events) ? 0 : poll_wait(fd, events, deadline);
 }
 
@@ -92,8 +95,9 @@ static int wait_after_eagain(int fd, uint32_t events, int64_t deadline)
 		size_t len_ = (len);                                       \
 		if (task_) {                                               \
 			int err_ = poll_manage(fd);                        \
-			if (!err_ && len_ && wait_first(fd, deadline))     \
-				err_ = poll_wait(fd, EPOLLIN, deadline);   \
+			if (!err_ && len_ && wait_first(fd, deadline) &&   \
+			    (err_ = poll_wait(fd, EPOLLIN, deadline)) == -ETIMEDOUT) \
+				err_ = 0;                                  \
 			if (err_)                                          \
 				return err_;                               \
 		}                                                          \
@@ -126,18 +130,24 @@ ssize_t weft_readv(int fd, const struct iovec *iov, int n, int64_t deadline)
 
 ssize_t weft_recv(int fd, void *buf, size_t n, int flags, int64_t deadline)
 {
+	if (flags & MSG_OOB)
+		poll_read_off(fd);
 	RETRY(fd, EPOLLIN, deadline, recv_len(n, flags), sys_recvfrom(fd, buf, n, flags, NULL, NULL));
 }
 
 ssize_t weft_recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *from,
 		      socklen_t *fromlen, int64_t deadline)
 {
+	if (flags & MSG_OOB)
+		poll_read_off(fd);
 	RETRY(fd, EPOLLIN, deadline, recv_len(n, flags),
 	      sys_recvfrom(fd, buf, n, flags, from, fromlen));
 }
 
 ssize_t weft_recvmsg(int fd, struct msghdr *m, int flags, int64_t deadline)
 {
+	if (flags & MSG_OOB)
+		poll_read_off(fd);
 	RETRY(fd, EPOLLIN, deadline, 0, sys_recvmsg(fd, m, flags));
 }
 

@@ -23,13 +23,18 @@
  * read, as rd_edges + 1 taken before its system call: an edge taken by any poll_wait since
  * (rd_edges moved) voids it, since that edge may be for data nobody has read yet. The
  * exceptions, where a short read leaves something behind, each announce themselves in the
- * edge that brought them: urgent data (the read stops at its mark; EPOLLPRI), end of file
- * (the read that returns the last bytes leaves the FIN for the next; EPOLLRDHUP) and errors
- * (EPOLLERR, EPOLLHUP). The poller clears `drains` for good when it sees one, before it hands
- * the edge to anyone, so a reader that took that edge sees the clear. Not applied to other
- * kinds of fd: a datagram socket, a tty in canonical mode, a packet-mode pipe or a Unix socket
- * passing fds return short reads with more to come. On a kernel-TLS socket, a control record
- * (an alert) after data stays behind until the next edge (usually the peer's FIN).
+ * edge that brought them: urgent data (the read stops at its mark; EPOLLPRI), the end of the
+ * stream (once the last bytes are read, the next read returns 0 at once; EPOLLRDHUP) and
+ * errors (EPOLLERR, EPOLLHUP). The poller clears `drains` for good when it sees one, before
+ * it hands the edge to anyone, so a reader that took that edge sees the clear. A read of the
+ * urgent byte itself (MSG_OOB) clears it too: the mark stays in the stream after it, and
+ * EPOLLPRI is not reported again (poll_read_off). Not applied to other kinds of fd (a datagram
+ * socket, a tty in canonical mode, a packet-mode pipe, a Unix socket passing fds: their short
+ * reads have more behind them), nor to a TCP socket with SO_RCVLOWAT above 1 when first asked
+ * (data below the mark brings no edge). Where a short read does leave something the rule
+ * cannot know of - a control record after data on a kernel-TLS socket (an alert, a key
+ * update), a socket redirected by a BPF sockmap - a read with a deadline makes its system
+ * call when the wait times out (io.c), and one without waits for the next edge.
  *
  * Who polls: an idle worker that finds tasks waiting on fds sleeps in epoll_pwait2 instead of
  * its futex (one at a time; an eventfd wakes it when work arrives), and a busy worker polls
@@ -58,7 +63,7 @@
 
 struct fdesc {
 	spinlock lock;
-	bool registered;
+	atomic_bool registered;            /* written under the lock; drained reads look without */
 	/* Read without the lock by any task using the fd, hence atomic (relaxed: each is a
 	 * property of the fd that only changes when it is set up or closed). */
 	_Atomic signed char user_nonblock; /* -1: weft has not touched the fd's flags */
@@ -168,16 +173,26 @@ uint32_t poll_read_token(int fd)
 	return d ? atomic_load_explicit(&d->rd_edges, memory_order_relaxed) : 0;
 }
 
-/* Whether a short read leaves fd empty: a TCP socket whose edges never said otherwise. */
+/* Whether fd is a TCP socket that wakes up for every byte (SO_RCVLOWAT 1): what the rule needs. */
+static bool tcp_byte_stream(int fd)
+{
+	int proto = 0, lowat = 0, e = errno; /* the shim's read keeps libc's errno */
+	socklen_t len = sizeof proto, llen = sizeof lowat;
+	bool yes = getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &len) == 0 &&
+		   proto == IPPROTO_TCP &&
+		   getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, &llen) == 0 && lowat <= 1;
+	errno = e;
+	return yes;
+}
+
+/* Whether a short read leaves fd empty: a TCP socket whose edges never said otherwise. Only
+ * asked of a registered fd, which the program must close through weft (poll_forget): an fd
+ * closed behind weft's back and reused for, say, a UDP socket never inherits the answer. */
 static bool drains(int fd, struct fdesc *d)
 {
 	signed char k = atomic_load_explicit(&d->drains, memory_order_relaxed);
 	if (k < 0) {
-		int proto = 0, e = errno; /* the shim's read keeps libc's errno */
-		socklen_t len = sizeof proto;
-		k = getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &len) == 0 &&
-		    proto == IPPROTO_TCP;
-		errno = e;
+		k = tcp_byte_stream(fd);
 		signed char unknown = -1; /* the poller may have cleared it meanwhile */
 		atomic_compare_exchange_strong_explicit(&d->drains, &unknown, k,
 							memory_order_relaxed, memory_order_relaxed);
@@ -188,8 +203,17 @@ static bool drains(int fd, struct fdesc *d)
 void poll_read_short(int fd, uint32_t token)
 {
 	struct fdesc *d = fdesc_of(fd, false);
-	if (d && drains(fd, d))
+	if (d && atomic_load_explicit(&d->registered, memory_order_relaxed) && drains(fd, d))
 		atomic_store_explicit(&d->drained, token + 1, memory_order_relaxed);
+}
+
+void poll_read_off(int fd)
+{
+	struct fdesc *d = fdesc_of(fd, true);
+	if (d) {
+		atomic_store_explicit(&d->drains, 0, memory_order_relaxed);
+		atomic_store_explicit(&d->drained, 0, memory_order_relaxed);
+	}
 }
 
 bool poll_read_drained(int fd)
@@ -205,13 +229,13 @@ bool poll_read_drained(int fd)
 
 static int ensure_registered(int fd, struct fdesc *d)
 {
-	if (d->registered)
+	if (atomic_load_explicit(&d->registered, memory_order_relaxed))
 		return 0;
 	struct epoll_event e = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLET,
 				 .data.fd = fd };
 	if (epoll_ctl(P.ep, EPOLL_CTL_ADD, fd, &e) < 0 && errno != EEXIST)
 		return -errno;
-	d->registered = true;
+	atomic_store_explicit(&d->registered, true, memory_order_relaxed);
 	return 0;
 }
 
@@ -338,9 +362,9 @@ void poll_forget(int fd)
 	if (!d)
 		return;
 	spin_lock(&d->lock);
-	if (d->registered)
+	if (atomic_load_explicit(&d->registered, memory_order_relaxed))
 		epoll_ctl(P.ep, EPOLL_CTL_DEL, fd, NULL);
-	d->registered = false;
+	atomic_store_explicit(&d->registered, false, memory_order_relaxed);
 	d->ready = 0;
 	atomic_store_explicit(&d->user_nonblock, -1, memory_order_relaxed);
 	atomic_store_explicit(&d->not_socket, false, memory_order_relaxed);

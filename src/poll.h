@@ -38,6 +38,8 @@ void poll_set_not_socket(int fd);
 uint32_t poll_read_token(int fd);
 void poll_read_short(int fd, uint32_t token);
 bool poll_read_drained(int fd);
+/* fd's urgent byte was read (MSG_OOB): never apply the rule to it again. */
+void poll_read_off(int fd);
 
 /* The bytes readv and writev ask for. */
 static inline size_t iov_total(const struct iovec *iov, int n)
@@ -49,10 +51,10 @@ static inline size_t iov_total(const struct iovec *iov, int n)
 }
 
 /* What a recv of n bytes with `flags` asks for, as far as drained reads go: 0 when its short
- * read says nothing of the queue (it peeked, or read urgent data). */
+ * read says nothing of the receive queue (it peeked, read urgent data or the error queue). */
 static inline size_t recv_len(size_t n, int flags)
 {
-	return flags & (MSG_PEEK | MSG_OOB | MSG_TRUNC) ? 0 : n;
+	return flags & (MSG_PEEK | MSG_OOB | MSG_TRUNC | MSG_ERRQUEUE) ? 0 : n;
 }
 /* Make fd non-blocking in the kernel, remembering what it was. 0 or -errno. */
 int poll_manage(int fd);

@@ -204,12 +204,16 @@ ssize_t writev(int fd, const struct iovec *iov, int n)
 ssize_t recv(int fd, void *buf, size_t n, int flags)
 {
 	REAL(recv);
+	if (flags & MSG_OOB)
+		poll_read_off(fd);
 	FD_CALL(fd, EPOLLIN, recv_len(n, flags), flags & MSG_DONTWAIT, real_recv(fd, buf, n, flags));
 }
 
 ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *a, socklen_t *l)
 {
 	REAL(recvfrom);
+	if (flags & MSG_OOB)
+		poll_read_off(fd);
 	FD_CALL(fd, EPOLLIN, recv_len(n, flags), flags & MSG_DONTWAIT,
 		real_recvfrom(fd, buf, n, flags, a, l));
 }
@@ -217,6 +221,8 @@ ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *a, soc
 ssize_t recvmsg(int fd, struct msghdr *m, int flags)
 {
 	REAL(recvmsg);
+	if (flags & MSG_OOB)
+		poll_read_off(fd);
 	FD_CALL(fd, EPOLLIN, 0, flags & MSG_DONTWAIT, real_recvmsg(fd, m, flags));
 }
 
