@@ -660,7 +660,7 @@ void weft_barrier_destroy(weft_barrier *b);
  * (or close() under the shim). After a read of a TCP socket that returned less than it asked
  * for (the socket is then empty), a task's next read waits for new data before it tries the
  * system call (docs/design.md, "Drained reads"): one system call less per request. A read
- * with a deadline already past always makes the system call.
+ * with a deadline already past, or whose wait for new data times out, makes the system call.
  */
 #include <sys/socket.h>
 #include <sys/types.h>
