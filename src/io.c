@@ -130,25 +130,21 @@ ssize_t weft_readv(int fd, const struct iovec *iov, int n, int64_t deadline)
 
 ssize_t weft_recv(int fd, void *buf, size_t n, int flags, int64_t deadline)
 {
-	if (flags & MSG_OOB)
-		poll_read_off(fd);
-	RETRY(fd, EPOLLIN, deadline, recv_len(n, flags), sys_recvfrom(fd, buf, n, flags, NULL, NULL));
+	RETRY(fd, EPOLLIN, deadline, recv_len(fd, n, flags), sys_recvfrom(fd, buf, n, flags, NULL, NULL));
 }
 
 ssize_t weft_recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *from,
 		      socklen_t *fromlen, int64_t deadline)
 {
-	if (flags & MSG_OOB)
-		poll_read_off(fd);
-	RETRY(fd, EPOLLIN, deadline, recv_len(n, flags),
+	RETRY(fd, EPOLLIN, deadline, recv_len(fd, n, flags),
 	      sys_recvfrom(fd, buf, n, flags, from, fromlen));
 }
 
+/* recvmsg takes no part in drained reads (a short read may stop before ancillary data: a
+ * kernel-TLS control record, passed fds), but its reading the urgent byte turns the rule off. */
 ssize_t weft_recvmsg(int fd, struct msghdr *m, int flags, int64_t deadline)
 {
-	if (flags & MSG_OOB)
-		poll_read_off(fd);
-	RETRY(fd, EPOLLIN, deadline, 0, sys_recvmsg(fd, m, flags));
+	RETRY(fd, EPOLLIN, deadline, recv_len(fd, 0, flags), sys_recvmsg(fd, m, flags));
 }
 
 /* On a socket, send(MSG_NOSIGNAL): a closed peer gives -EPIPE, not a SIGPIPE. */

@@ -50,10 +50,13 @@ static inline size_t iov_total(const struct iovec *iov, int n)
 	return t;
 }
 
-/* What a recv of n bytes with `flags` asks for, as far as drained reads go: 0 when its short
- * read says nothing of the receive queue (it peeked, read urgent data or the error queue). */
-static inline size_t recv_len(size_t n, int flags)
+/* A recv of n bytes with `flags` on fd is about to be made: what it asks for, as far as drained
+ * reads go - 0 when its short read says nothing of the receive queue (it peeks, or reads
+ * urgent data or the error queue). Reading the urgent byte turns the rule off for fd. */
+static inline size_t recv_len(int fd, size_t n, int flags)
 {
+	if (flags & MSG_OOB)
+		poll_read_off(fd);
 	return flags & (MSG_PEEK | MSG_OOB | MSG_TRUNC | MSG_ERRQUEUE) ? 0 : n;
 }
 /* Make fd non-blocking in the kernel, remembering what it was. 0 or -errno. */

@@ -143,6 +143,7 @@ static bool thread_should_wait(int fd, long r)
  */
 #define FD_CALL(fd, ev, len, nowait, call)                                                 \
 	do {                                                                               \
+		size_t len_ = (len); /* first: it may turn the rule off (recv_len) */      \
 		if (nowait)                                                                \
 			return (long)(call);                                               \
 		if (!in_task()) {                                                          \
@@ -157,7 +158,6 @@ static bool thread_should_wait(int fd, long r)
 		}                                                                          \
 		if (fd <= 2 || poll_manage(fd) < 0)                                        \
 			return (long)(call);                                               \
-		size_t len_ = (len);                                                       \
 		if (len_ && poll_user_nonblock(fd) != 1 && poll_read_drained(fd)) {        \
 			int w_ = poll_wait(fd, EPOLLIN, WEFT_FOREVER);                     \
 			if (w_ < 0)                                                        \
@@ -204,26 +204,20 @@ ssize_t writev(int fd, const struct iovec *iov, int n)
 ssize_t recv(int fd, void *buf, size_t n, int flags)
 {
 	REAL(recv);
-	if (flags & MSG_OOB)
-		poll_read_off(fd);
-	FD_CALL(fd, EPOLLIN, recv_len(n, flags), flags & MSG_DONTWAIT, real_recv(fd, buf, n, flags));
+	FD_CALL(fd, EPOLLIN, recv_len(fd, n, flags), flags & MSG_DONTWAIT, real_recv(fd, buf, n, flags));
 }
 
 ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *a, socklen_t *l)
 {
 	REAL(recvfrom);
-	if (flags & MSG_OOB)
-		poll_read_off(fd);
-	FD_CALL(fd, EPOLLIN, recv_len(n, flags), flags & MSG_DONTWAIT,
+	FD_CALL(fd, EPOLLIN, recv_len(fd, n, flags), flags & MSG_DONTWAIT,
 		real_recvfrom(fd, buf, n, flags, a, l));
 }
 
 ssize_t recvmsg(int fd, struct msghdr *m, int flags)
 {
 	REAL(recvmsg);
-	if (flags & MSG_OOB)
-		poll_read_off(fd);
-	FD_CALL(fd, EPOLLIN, 0, flags & MSG_DONTWAIT, real_recvmsg(fd, m, flags));
+	FD_CALL(fd, EPOLLIN, recv_len(fd, 0, flags), flags & MSG_DONTWAIT, real_recvmsg(fd, m, flags));
 }
 
 ssize_t send(int fd, const void *buf, size_t n, int flags)
