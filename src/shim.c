@@ -282,16 +282,20 @@ int poll(struct pollfd *fds, nfds_t n, int timeout)
 	REAL(poll);
 	if (!in_task() || timeout == 0)
 		return real_poll(fds, n, timeout);
-	if (n == 1 && fds[0].fd >= 0 && poll_manage(fds[0].fd) == 0) {
+	/* One fd, one direction: park on it. A task parks in one direction at a time, so a poll
+	 * for both (or for several fds) waits on the blocking pool; so does one on standard
+	 * input, output or error, which weft leaves blocking (see FD_CALL). */
+	short dir = n == 1 ? fds[0].events & (POLLIN | POLLOUT) : 0;
+	if (n == 1 && fds[0].fd > 2 && (dir == POLLIN || dir == POLLOUT) &&
+	    poll_manage(fds[0].fd) == 0) {
 		int64_t deadline = timeout < 0 ? WEFT_FOREVER : weft_now() + timeout * 1000000LL;
-		uint32_t ev = (fds[0].events & POLLIN ? EPOLLIN : 0) | (fds[0].events & POLLOUT ? EPOLLOUT : 0);
 		for (;;) {
 			int r = real_poll(fds, 1, 0);
-			if (r != 0 || !ev)
+			if (r != 0)
 				return r;
-			int w = weft_fd_wait(fds[0].fd, ev & EPOLLIN ? EPOLLIN : EPOLLOUT, deadline);
-			if (w == -ETIMEDOUT)
-				return 0;
+			int w = weft_fd_wait(fds[0].fd, dir == POLLIN ? EPOLLIN : EPOLLOUT, deadline);
+			if (w == -ETIMEDOUT) /* the kernel's last word: the poller may be behind */
+				return real_poll(fds, 1, 0);
 			if (w < 0)
 				return (int)fail(w);
 		}

@@ -208,6 +208,50 @@ static int tcp_main(void *arg)
 	return 0;
 }
 
+/* poll(2) for reading and writing at once on a socket that is not readable and whose send
+ * buffer is full: it returns when a reader makes room (it used to wait for POLLIN alone). */
+static int both_ways_fd;
+
+static void drain_later(void *arg)
+{
+	(void)arg;
+	char b[4096];
+	usleep(20000);
+	while (recv(both_ways_fd, b, sizeof b, MSG_DONTWAIT) > 0)
+		;
+}
+
+static int poll_both_main(void *arg)
+{
+	(void)arg;
+	int sv2[2];
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv2) == 0);
+	char b[4096] = { 0 };
+	while (send(sv2[0], b, sizeof b, MSG_DONTWAIT) > 0)
+		;
+	both_ways_fd = sv2[1];
+	weft_task *t = weft_spawn(drain_later, NULL);
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	struct pollfd p = { .fd = sv2[0], .events = POLLIN | POLLOUT };
+	CHECK_EQ(poll(&p, 1, 3000), 1);
+	CHECK(p.revents & POLLOUT);
+	CHECK(elapsed_ms(t0) < 1000);
+	CHECK_EQ(weft_join(t), 0);
+	/* and with no fd, poll sleeps */
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CHECK_EQ(poll(NULL, 0, 30), 0);
+	CHECK(elapsed_ms(t0) >= 30);
+	close(sv2[0]);
+	close(sv2[1]);
+	return 0;
+}
+
+TEST(child_poll_both_ways)
+{
+	RUN(poll_both_main);
+}
+
 TEST(child_tcp)
 {
 	RUN(tcp_main);
@@ -254,4 +298,9 @@ TEST(libc_semantics_kept_inside_and_outside_tasks)
 TEST(tcp_reads_and_dontwait_keep_libc_semantics)
 {
 	run_child("child_tcp");
+}
+
+TEST(poll_for_reading_and_writing_returns_when_writable)
+{
+	run_child("child_poll_both_ways");
 }
