@@ -53,16 +53,6 @@ static bool ready_now(int fd, uint32_t events)
 	return sys_ppoll(&p, 1, &zero) > 0;
 }
 
-/* Whether the last read left fd empty (poll.c, "drained reads"), so that a task should wait for
- * its edge rather than try a system call that would say EAGAIN (or poll(2) that would say not
- * ready). Not with a deadline already past: that caller wants the kernel's answer, which may
- * be ahead of the poller's. For the same reason a wait that times out asks the kernel once
- * before it says -ETIMEDOUT (the poller may not have come round: every worker busy). */
-static bool wait_first(int fd, int64_t deadline)
-{
-	return poll_read_drained(fd) && (deadline == WEFT_FOREVER || deadline > weft_now());
-}
-
 int weft_fd_wait(int fd, uint32_t events, int64_t deadline)
 {
 	if (fd < 0)
@@ -74,10 +64,9 @@ int weft_fd_wait(int fd, uint32_t events, int64_t deadline)
 	int err = poll_manage(fd);
 	if (err)
 		return err;
-	if (events == EPOLLIN && wait_first(fd, deadline)) {
-		err = poll_wait(fd, events, deadline);
+	/* after a read that left fd empty (poll.c, "drained reads"): no need to look at the level */
+	if (events == EPOLLIN && (err = poll_read_wait(fd, deadline)) <= 0)
 		return err == -ETIMEDOUT && ready_now(fd, events) ? 0 : err;
-	}
 	return ready_now(fd, events) ? 0 : poll_wait(fd, events, deadline);
 }
 
@@ -95,10 +84,9 @@ static int wait_after_eagain(int fd, uint32_t events, int64_t deadline)
 		size_t len_ = (len);                                       \
 		if (task_) {                                               \
 			int err_ = poll_manage(fd);                        \
-			if (!err_ && len_ && wait_first(fd, deadline) &&   \
-			    (err_ = poll_wait(fd, EPOLLIN, deadline)) == -ETIMEDOUT) \
-				err_ = 0;                                  \
-			if (err_)                                          \
+			if (!err_ && len_)                                 \
+				err_ = poll_read_wait(fd, deadline);       \
+			if (err_ < 0 && err_ != -ETIMEDOUT)                \
 				return err_;                               \
 		}                                                          \
 		for (;;) {                                                 \

@@ -216,13 +216,23 @@ void poll_read_off(int fd)
 	}
 }
 
-bool poll_read_drained(int fd)
+static bool read_drained(int fd)
 {
 	struct fdesc *d = fdesc_of(fd, false);
 	if (!d)
 		return false;
 	uint32_t at = atomic_load_explicit(&d->drained, memory_order_relaxed);
 	return at && at == atomic_load_explicit(&d->rd_edges, memory_order_relaxed) + 1;
+}
+
+/* Not with a deadline already past: that caller wants the kernel's answer, which may be ahead
+ * of the poller's. For the same reason the callers make their system call (or poll(2)) once
+ * more when this wait times out: every worker may have been busy, and nobody polled. */
+int poll_read_wait(int fd, int64_t deadline)
+{
+	if (!read_drained(fd) || (deadline != WEFT_FOREVER && deadline <= weft_now()))
+		return 1;
+	return poll_wait(fd, EPOLLIN, deadline);
 }
 
 /* ---- waiting ---- */

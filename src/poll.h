@@ -33,11 +33,12 @@ void poll_set_user_nonblock(int fd, bool on);
 bool poll_not_socket(int fd);
 void poll_set_not_socket(int fd);
 /* Drained reads (poll.c): take a token before a read's system call; if it read less than it
- * asked for, say so with the token; the next read asks poll_read_drained whether to wait for
- * the fd's edge before its system call. */
+ * asked for, say so with the token. Before the next read (or wait for reading) by a task,
+ * poll_read_wait: when the last read left fd empty, it waits for fd's edge and returns what
+ * poll_wait says (0, -ETIMEDOUT, -errno); otherwise it returns 1 at once. */
 uint32_t poll_read_token(int fd);
 void poll_read_short(int fd, uint32_t token);
-bool poll_read_drained(int fd);
+int poll_read_wait(int fd, int64_t deadline);
 /* fd's urgent byte was read (MSG_OOB): never apply the rule to it again. */
 void poll_read_off(int fd);
 

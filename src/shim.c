@@ -158,11 +158,10 @@ static bool thread_should_wait(int fd, long r)
 		}                                                                          \
 		if (fd <= 2 || poll_manage(fd) < 0)                                        \
 			return (long)(call);                                               \
-		if (len_ && poll_user_nonblock(fd) != 1 && poll_read_drained(fd)) {        \
-			int w_ = poll_wait(fd, EPOLLIN, WEFT_FOREVER);                     \
-			if (w_ < 0)                                                        \
-				return fail(w_);                                           \
-		}                                                                          \
+		int w_ = len_ && poll_user_nonblock(fd) != 1 ? poll_read_wait(fd, WEFT_FOREVER)  \
+							     : 1;                             \
+		if (w_ < 0)                                                                \
+			return fail(w_);                                                   \
 		for (;;) {                                                                 \
 			uint32_t tok_ = len_ ? poll_read_token(fd) : 0;                    \
 			long r_ = (long)(call);                                            \
@@ -171,8 +170,7 @@ static bool thread_should_wait(int fd, long r)
 			if (r_ >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK) ||        \
 			    poll_user_nonblock(fd) == 1)                                   \
 				return r_;                                                 \
-			int w_ = poll_wait(fd, ev, WEFT_FOREVER);                          \
-			if (w_ < 0)                                                        \
+			if ((w_ = poll_wait(fd, ev, WEFT_FOREVER)) < 0)                    \
 				return fail(w_);                                           \
 		}                                                                          \
 	} while (0)
