@@ -51,6 +51,7 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include "spin.h"
@@ -70,6 +71,7 @@ struct fdesc {
 	atomic_bool not_socket;            /* write(2) it is: send(2) said ENOTSOCK */
 	uint32_t ready;
 	struct wait *rd, *wr;
+	struct poll_node *polls;           /* tasks in poll(2) on this fd (poll_fds) */
 	/* drained reads */
 	_Atomic signed char drains;        /* a short read empties fd: 1 (TCP), 0, -1 not known */
 	_Atomic uint32_t rd_edges;         /* read edges taken by poll_wait */
@@ -289,6 +291,149 @@ int poll_wait(int fd, uint32_t events, int64_t deadline)
 	return r;
 }
 
+/* ---- poll(2) on several fds (the shim) ----
+ *
+ * A poll is an observer, not a reader: it must not take the edge a reader of the same fd is
+ * owed, and any number of tasks may poll one fd. So it does not use the rd/wr slots and
+ * `ready`. It links a node per pollfd into each fd's `polls` list, all pointing at one wait
+ * record (as weft_select puts one record on several channels), and only then asks the kernel
+ * what is ready: readiness from before the nodes were linked is in the kernel's answer, and
+ * any that comes after brings an edge, which wakes every node it concerns (poll_run) and
+ * leaves the fd's slots and `ready` as if no poll were there. Woken, the task unlinks its
+ * nodes and asks the kernel again. */
+
+struct poll_node {
+	struct wait *w;
+	uint32_t mask;                 /* the epoll events that concern it */
+	struct poll_node *next, **pprev; /* in its fd's list; pprev NULL once unlinked */
+};
+
+static uint32_t node_mask(short events)
+{
+	uint32_t m = EPOLLERR | EPOLLHUP; /* reported whatever events asks for */
+	if (events & (POLLIN | POLLPRI | POLLRDHUP | POLLRDNORM | POLLRDBAND))
+		m |= EPOLLIN | EPOLLPRI | EPOLLRDHUP;
+	if (events & (POLLOUT | POLLWRNORM | POLLWRBAND))
+		m |= EPOLLOUT;
+	return m;
+}
+
+static int link_node(const struct pollfd *p, struct poll_node *n, struct wait *w)
+{
+	struct fdesc *d = fdesc_of(p->fd, true);
+	if (!d)
+		return -EBADF;
+	*n = (struct poll_node){ .w = w, .mask = node_mask(p->events) };
+	spin_lock(&d->lock);
+	int err = ensure_registered(p->fd, d);
+	if (!err) {
+		if ((n->next = d->polls))
+			n->next->pprev = &n->next;
+		d->polls = n;
+		n->pprev = &d->polls;
+	}
+	spin_unlock(&d->lock);
+	return err;
+}
+
+static void unlink_node(struct poll_node *n)
+{
+	if (n->next)
+		n->next->pprev = n->pprev;
+	*n->pprev = n->next;
+	n->pprev = NULL;
+}
+
+/* Claim the waiters of d's nodes that events concern, unlinking their nodes onto *woken, to be
+ * finished once the lock is dropped. Lock held. */
+static void claim_polls(struct fdesc *d, uint32_t events, struct poll_node **woken)
+{
+	for (struct poll_node *n = d->polls, *next; n; n = next) {
+		next = n->next;
+		if ((n->mask & events) && wait_claim(n->w)) {
+			unlink_node(n);
+			n->next = *woken;
+			*woken = n;
+		}
+	}
+}
+
+/* Read each node's fields before finishing its wait: once finished, its task may return and
+ * the node, on that task's stack, is gone. */
+static int finish_polls(struct poll_node *n, int result)
+{
+	int k = 0;
+	for (struct poll_node *next; n; n = next, k++) {
+		next = n->next;
+		wait_finish(n->w, result);
+	}
+	return k;
+}
+
+static void unlink_nodes(const struct pollfd *fds, struct poll_node *node, int n)
+{
+	for (int i = 0; i < n; i++) {
+		struct fdesc *d = fds[i].fd >= 0 ? fdesc_of(fds[i].fd, false) : NULL;
+		if (!d)
+			continue;
+		spin_lock(&d->lock);
+		if (node[i].pprev)
+			unlink_node(&node[i]);
+		spin_unlock(&d->lock);
+	}
+}
+
+/* What the kernel says is ready now: the number of fds (revents filled in), or -errno. */
+static int look(struct pollfd *fds, int n)
+{
+	struct timespec zero = { 0, 0 };
+	int r = (int)sys_ppoll(fds, (nfds_t)n, &zero);
+	return r < 0 ? -errno : r;
+}
+
+/* Link w on every fd: 0 or -errno. Sets *linked to how many nodes it went through. */
+static int link_all(const struct pollfd *fds, int n, struct poll_node *node, struct wait *w,
+		    int *linked)
+{
+	int err = 0;
+	for (*linked = 0; *linked < n && !err; ++*linked) {
+		node[*linked].pprev = NULL;
+		if (fds[*linked].fd >= 0)
+			err = link_node(&fds[*linked], &node[*linked], w);
+	}
+	return err;
+}
+
+int poll_fds(struct pollfd *fds, int n, int64_t deadline)
+{
+	struct poll_node small[16], *node = n <= 16 ? small : malloc((size_t)n * sizeof *node);
+	if (!node)
+		return -ENOMEM;
+	int r, linked;
+	atomic_fetch_add(&P.waiters, 1);
+	for (;;) {
+		struct wait *w = wait_begin("poll", fds);
+		int err = link_all(fds, n, node, w, &linked);
+		if ((r = err ? err : look(fds, n))) {
+			wait_abandon(w); /* a wake-up that came meanwhile is moot: we have looked */
+			unlink_nodes(fds, node, linked);
+			break;
+		}
+		r = wait_park(w, deadline);
+		unlink_nodes(fds, node, linked);
+		if (r == -ETIMEDOUT) { /* the kernel's last word: the poller may be behind */
+			r = look(fds, n);
+			break;
+		}
+		if (r != 0 && r != -EBADF) /* -EBADF: an fd closed through weft; look: POLLNVAL */
+			break;
+	}
+	atomic_fetch_sub(&P.waiters, 1);
+	if (node != small)
+		free(node);
+	return r;
+}
+
 /* An edge: claim the waiter of that direction (to be finished once the lock is dropped: a
  * wake-up may take a system call), or remember the edge. Lock held. */
 static struct wait *deliver(struct fdesc *d, struct wait **slot, uint32_t bit)
@@ -342,6 +487,7 @@ int poll_run(int64_t deadline)
 		if (!d)
 			continue;
 		struct wait *r = NULL, *w = NULL;
+		struct poll_node *polls = NULL;
 		if (e & (EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) /* before anyone has the edge */
 			atomic_store_explicit(&d->drains, 0, memory_order_release);
 		spin_lock(&d->lock);
@@ -349,12 +495,13 @@ int poll_run(int64_t deadline)
 			r = deliver(d, &d->rd, EPOLLIN);
 		if (e & (EPOLLOUT | EPOLLHUP | EPOLLERR))
 			w = deliver(d, &d->wr, EPOLLOUT);
+		claim_polls(d, e, &polls);
 		spin_unlock(&d->lock);
 		if (r)
 			wait_finish(r, 0);
 		if (w)
 			wait_finish(w, 0);
-		woken += (r != NULL) + (w != NULL);
+		woken += (r != NULL) + (w != NULL) + finish_polls(polls, 0);
 	}
 	return woken;
 }
@@ -383,9 +530,12 @@ void poll_forget(int fd)
 	struct wait *r = d->rd && wait_claim(d->rd) ? d->rd : NULL;
 	struct wait *w = d->wr && wait_claim(d->wr) ? d->wr : NULL;
 	d->rd = d->wr = NULL;
+	struct poll_node *polls = NULL;
+	claim_polls(d, ~0u, &polls);
 	spin_unlock(&d->lock);
 	if (r)
 		wait_finish(r, -EBADF);
 	if (w)
 		wait_finish(w, -EBADF);
+	finish_polls(polls, -EBADF);
 }

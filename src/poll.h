@@ -15,6 +15,13 @@ int poll_init(void);
  * passes (-ETIMEDOUT), the task is cancelled (-ECANCELED) or fd is closed through weft
  * (-EBADF). Returns 0 when ready. */
 int poll_wait(int fd, uint32_t events, int64_t deadline);
+/* poll(2) for a task: parks it (not its worker) until one of fds is ready, then returns what
+ * poll(2) would: the number ready, revents filled in. Or 0 when the deadline passes, -ECANCELED,
+ * -ENOMEM, or -errno when an fd cannot be waited on here (epoll refuses it). Any number of
+ * tasks may poll one fd, and a poll takes no edge from the fd's reader or writer. The fds must
+ * have been through poll_manage. */
+struct pollfd;
+int poll_fds(struct pollfd *fds, int n, int64_t deadline);
 /* Collect ready fds and wake their waiters; waits until `deadline` (0: do not wait,
  * INT64_MAX: until woken). Returns the number of waiters woken. */
 int poll_run(int64_t deadline);

@@ -4,9 +4,9 @@
  * Loaded with LD_PRELOAD (or linked before libc), it defines sleep, usleep, nanosleep,
  * clock_nanosleep, read, write, readv, writev, recv, recvfrom, recvmsg, send, sendto, sendmsg,
  * accept, accept4, connect and poll. Called from a task, each parks the task instead of the
- * worker (on a deadline, on the fd through the poller, or - for poll(2) on several fds - on
- * the blocking pool). Called from any other thread, each goes straight to libc. Return values
- * and errno are libc's; a task cancelled in such a call sees -1/EINTR.
+ * worker (on a deadline, or on its fds through the poller). Called from any other thread, each
+ * goes straight to libc. Return values and errno are libc's; a task cancelled in such a call
+ * sees -1/EINTR.
  *
  * To wait on an fd weft makes it non-blocking in the kernel, so the shim also keeps up the
  * program's own view of O_NONBLOCK: fcntl(F_GETFL/F_SETFL) and ioctl(FIONBIO) read and write
@@ -22,6 +22,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -260,7 +261,9 @@ int connect(int fd, const struct sockaddr *a, socklen_t l)
 	return r ? (int)fail(r) : 0;
 }
 
-/* poll on one fd parks on it; on several it runs on the blocking pool. */
+/* poll(2) parks the task on all its fds at once (poll_fds). On the blocking pool instead, where
+ * weft must not or cannot wait: standard input, output or error among the fds (weft leaves
+ * them blocking, see FD_CALL), or an fd epoll refuses. */
 struct poll_job {
 	struct pollfd *fds;
 	nfds_t n;
@@ -275,33 +278,42 @@ static void poll_job(void *p)
 	j->err = errno;
 }
 
+static int poll_on_pool(struct pollfd *fds, nfds_t n, int64_t deadline)
+{
+	struct poll_job j = { fds, n, -1, 0, 0 };
+	if (deadline != WEFT_FOREVER) {
+		int64_t left = deadline - weft_now();
+		j.timeout = left <= 0 ? 0 : (int)((left + 999999) / 1000000);
+	}
+	int err = weft_blocking(poll_job, &j);
+	if (err)
+		return (int)fail(err);
+	errno = j.err;
+	return j.result;
+}
+
+static bool weft_can_wait(const struct pollfd *fds, nfds_t n)
+{
+	if (n > INT_MAX)
+		return false;
+	for (nfds_t i = 0; i < n; i++)
+		if (fds[i].fd >= 0 && (fds[i].fd <= 2 || poll_manage(fds[i].fd) < 0))
+			return false;
+	return true;
+}
+
 int poll(struct pollfd *fds, nfds_t n, int timeout)
 {
 	REAL(poll);
 	if (!in_task() || timeout == 0)
 		return real_poll(fds, n, timeout);
-	/* One fd, one direction: park on it. A task parks in one direction at a time, so a poll
-	 * for both (or for several fds) waits on the blocking pool; so does one on standard
-	 * input, output or error, which weft leaves blocking (see FD_CALL). */
-	short dir = n == 1 ? fds[0].events & (POLLIN | POLLOUT) : 0;
-	if (n == 1 && fds[0].fd > 2 && (dir == POLLIN || dir == POLLOUT) &&
-	    poll_manage(fds[0].fd) == 0) {
-		int64_t deadline = timeout < 0 ? WEFT_FOREVER : weft_now() + timeout * 1000000LL;
-		for (;;) {
-			int r = real_poll(fds, 1, 0);
-			if (r != 0)
-				return r;
-			int w = weft_fd_wait(fds[0].fd, dir == POLLIN ? EPOLLIN : EPOLLOUT, deadline);
-			if (w == -ETIMEDOUT) /* the kernel's last word: the poller may be behind */
-				return real_poll(fds, 1, 0);
-			if (w < 0)
-				return (int)fail(w);
-		}
-	}
-	struct poll_job j = { fds, n, timeout, 0, 0 };
-	weft_blocking(poll_job, &j);
-	errno = j.err;
-	return j.result;
+	int64_t deadline = timeout < 0 ? WEFT_FOREVER : weft_now() + timeout * 1000000LL;
+	if (!weft_can_wait(fds, n))
+		return poll_on_pool(fds, n, deadline);
+	int r = poll_fds(fds, (int)n, deadline);
+	if (r == -ECANCELED)
+		return (int)fail(r);
+	return r < 0 ? poll_on_pool(fds, n, deadline) : r;
 }
 
 /* ---- the program's view of O_NONBLOCK, and close ----------------------------------------- */

@@ -43,6 +43,17 @@ static int64_t elapsed_ms(struct timespec a)
 	return (b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000;
 }
 
+/* poll(2) that must end by a wake-up: it fails the test if it needed its (long) timeout, which
+ * is also when it would look at the kernel once more and find the fds ready anyway. */
+static int woken_poll(struct pollfd *p, nfds_t n)
+{
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int r = poll(p, n, 5000);
+	CHECK(elapsed_ms(t0) < 4000);
+	return r;
+}
+
 TEST(child_usleep)
 {
 	struct timespec t0;
@@ -257,6 +268,279 @@ TEST(child_tcp)
 	RUN(tcp_main);
 }
 
+/* poll(2) on several fds parks the task on all of them: a chain of tasks, each polling its own
+ * pipe and one that is never written, each woken by the next, completes in a moment with a
+ * blocking pool of one thread (the child runs with WEFT_BLOCKING_THREADS=1). Were each poll a
+ * pool job, the thread would hold the first task's poll, which waits for a task queued behind
+ * it, until the 10 s timeout. */
+#define CHAIN 50
+static int chain[CHAIN][2], never[2];
+
+static void chain_link(void *arg)
+{
+	int i = (int)(intptr_t)arg;
+	struct pollfd p[3] = { { .fd = never[0], .events = POLLIN },
+			       { .fd = chain[i][0], .events = POLLIN },
+			       { .fd = -1, .events = POLLIN } };
+	CHECK_EQ(poll(p, 3, 10000), 1);
+	CHECK(p[0].revents == 0 && p[1].revents == POLLIN && p[2].revents == 0);
+	char c;
+	CHECK_EQ(read(chain[i][0], &c, 1), 1);
+	if (i > 0)
+		CHECK_EQ(write(chain[i - 1][1], "x", 1), 1);
+}
+
+static int poll_chain_main(void *arg)
+{
+	(void)arg;
+	weft_task *t[CHAIN];
+	CHECK(pipe(never) == 0);
+	for (int i = 0; i < CHAIN; i++) {
+		CHECK(pipe(chain[i]) == 0);
+		t[i] = weft_spawn(chain_link, (void *)(intptr_t)i);
+	}
+	usleep(20000); /* let them all park */
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CHECK_EQ(write(chain[CHAIN - 1][1], "x", 1), 1);
+	for (int i = 0; i < CHAIN; i++)
+		CHECK_EQ(weft_join(t[i]), 0);
+	fprintf(stderr, "a chain of %d polls: %lld ms\n", CHAIN, (long long)elapsed_ms(t0));
+	CHECK(elapsed_ms(t0) < 3000);
+	/* nothing ready: poll returns 0 at its timeout, not before */
+	struct pollfd p[2] = { { .fd = never[0], .events = POLLIN },
+			       { .fd = chain[0][0], .events = POLLIN | POLLPRI } };
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CHECK_EQ(poll(p, 2, 30), 0);
+	CHECK(elapsed_ms(t0) >= 30 && p[0].revents == 0 && p[1].revents == 0);
+	return 0;
+}
+
+TEST(child_poll_chain)
+{
+	setenv("WEFT_BLOCKING_THREADS", "1", 1);
+	RUN(poll_chain_main);
+}
+
+/* poll(2) on several fds, and reads around it:
+ * - on a TCP socket whose last read was short (drained reads: the next read waits for an
+ *   edge), a poll that takes that edge lets the read after it find the data at once;
+ * - a poll may share an fd with a task reading it: it sees the other fd, the reader its data;
+ * - one edge wakes every task polling the fd; a poll may name many fds, and one fd twice;
+ * - a poll for errors alone (events 0) returns when the peer resets the connection. */
+static int pr_fd;
+static atomic_int pr_done;
+
+static void write_later(void *arg)
+{
+	usleep(20000);
+	CHECK_EQ(write((int)(intptr_t)arg, "later", 5), 5);
+}
+
+static void reset_later(void *arg)
+{
+	usleep(20000);
+	struct linger l = { 1, 0 }; /* close sends RST */
+	CHECK(setsockopt((int)(intptr_t)arg, SOL_SOCKET, SO_LINGER, &l, sizeof l) == 0);
+	close((int)(intptr_t)arg);
+}
+
+static void poll_shared(void *arg)
+{
+	(void)arg;
+	struct pollfd p = { .fd = pr_fd, .events = POLLIN };
+	CHECK_EQ(woken_poll(&p, 1), 1);
+	atomic_fetch_add(&pr_done, 1);
+}
+
+static void read_after_poll(void *arg)
+{
+	(void)arg;
+	char b[64];
+	CHECK_EQ(read(pr_fd, b, sizeof b), 5);
+	atomic_store(&pr_done, 1);
+}
+
+static void tcp_pair(int *c, int *s)
+{
+	int lfd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof a;
+	CHECK(bind(lfd, (struct sockaddr *)&a, sizeof a) == 0 && listen(lfd, 1) == 0);
+	CHECK(getsockname(lfd, (struct sockaddr *)&a, &al) == 0);
+	*c = socket(AF_INET, SOCK_STREAM, 0);
+	CHECK(connect(*c, (struct sockaddr *)&a, sizeof a) == 0);
+	CHECK((*s = accept(lfd, NULL, NULL)) >= 0);
+	close(lfd);
+}
+
+static int poll_reads_main(void *arg)
+{
+	(void)arg;
+	int c, s, other[2];
+	tcp_pair(&c, &s);
+	CHECK(pipe(other) == 0);
+	char b[64];
+	CHECK_EQ(write(c, "first", 5), 5);
+	CHECK_EQ(read(s, b, sizeof b), 5); /* short: s is drained */
+	weft_task *w = weft_spawn(write_later, (void *)(intptr_t)c);
+	struct pollfd p[2] = { { .fd = other[0], .events = POLLIN }, { .fd = s, .events = POLLIN } };
+	CHECK_EQ(woken_poll(p, 2), 1);
+	CHECK(p[1].revents & POLLIN);
+	CHECK_EQ(weft_join(w), 0);
+	pr_fd = s;
+	CHECK(weft_spawn_opt(read_after_poll, NULL, &(weft_spawn_opts){ .detached = 1 }));
+	for (int i = 0; i < 2000 && !atomic_load(&pr_done); i++)
+		usleep(1000);
+	CHECK(atomic_load(&pr_done)); /* it would wait for an edge the poll took */
+
+	/* s is being read by a task: a poll on it waits elsewhere, and sees the other fd */
+	atomic_store(&pr_done, 0);
+	weft_task *r = weft_spawn(read_after_poll, NULL);
+	usleep(10000);
+	w = weft_spawn(write_later, (void *)(intptr_t)other[1]);
+	CHECK_EQ(woken_poll(p, 2), 1);
+	CHECK(p[0].revents == POLLIN && p[1].revents == 0);
+	CHECK_EQ(weft_join(w), 0);
+	CHECK_EQ(write(c, "later", 5), 5);
+	CHECK_EQ(weft_join(r), 0);
+
+	/* several tasks poll one pipe: one write wakes them all */
+	atomic_store(&pr_done, 0);
+	weft_task *many[8];
+	pr_fd = other[0];
+	for (int i = 0; i < 8; i++)
+		many[i] = weft_spawn(poll_shared, NULL);
+	usleep(10000);
+	CHECK_EQ(write(other[1], "x", 1), 1);
+	for (int i = 0; i < 8; i++)
+		CHECK_EQ(weft_join(many[i]), 0);
+	CHECK_EQ(atomic_load(&pr_done), 8);
+
+	/* more fds than fit on the stack, one of them named 20 times */
+	char x;
+	CHECK_EQ(read(other[0], &x, 1), 1);
+	int idle[2];
+	CHECK(pipe(idle) == 0);
+	struct pollfd big[21];
+	for (int i = 0; i < 20; i++)
+		big[i] = (struct pollfd){ .fd = idle[0], .events = POLLIN };
+	big[20] = (struct pollfd){ .fd = other[0], .events = POLLIN };
+	w = weft_spawn(write_later, (void *)(intptr_t)other[1]);
+	CHECK_EQ(woken_poll(big, 21), 1);
+	CHECK(big[0].revents == 0 && big[19].revents == 0 && big[20].revents == POLLIN);
+	CHECK_EQ(weft_join(w), 0);
+	close(idle[0]);
+	close(idle[1]);
+
+	/* errors alone: the peer resets the connection */
+	struct pollfd e = { .fd = s, .events = 0 };
+	w = weft_spawn(reset_later, (void *)(intptr_t)c);
+	CHECK_EQ(woken_poll(&e, 1), 1);
+	CHECK((e.revents & (POLLERR | POLLHUP)) && !(e.revents & POLLIN));
+	CHECK_EQ(weft_join(w), 0);
+	close(s);
+	close(other[0]);
+	close(other[1]);
+	return 0;
+}
+
+TEST(child_poll_reads)
+{
+	RUN(poll_reads_main);
+}
+
+/* Stress: pollers on every worker and on plain threads, each polling two socket pairs of its
+ * own, fed a byte at a time by writers that are tasks or plain threads; every byte is read
+ * exactly once and every poll ends by a wake-up. */
+#define POLLERS 64
+#define BYTES (SLOW ? 100 : 400)
+static int sp[POLLERS][2][2];
+
+static void poller(void *arg)
+{
+	int i = (int)(intptr_t)arg, got = 0;
+	while (got < 2 * BYTES) {
+		struct pollfd p[2] = { { .fd = sp[i][0][0], .events = POLLIN },
+				       { .fd = sp[i][1][0], .events = POLLIN } };
+		CHECK(woken_poll(p, 2) >= 1);
+		for (int k = 0; k < 2; k++) {
+			char b[64];
+			if (p[k].revents & POLLIN) {
+				ssize_t n = read(p[k].fd, b, sizeof b);
+				CHECK(n > 0);
+				got += (int)n;
+			}
+		}
+	}
+	CHECK_EQ(got, 2 * BYTES);
+}
+
+static void writer(void *arg)
+{
+	int i = (int)(intptr_t)arg;
+	for (int n = 0; n < BYTES; n++) {
+		for (int k = 0; k < 2; k++)
+			CHECK_EQ(write(sp[i][(n + k + i) % 2][1], "b", 1), 1);
+		if (n % 7 == 0)
+			usleep(100);
+	}
+}
+
+static void *writer_thread(void *arg)
+{
+	writer(arg);
+	return NULL;
+}
+
+static void *poller_thread(void *arg)
+{
+	poller(arg);
+	return NULL;
+}
+
+/* Pair i's poller is a plain thread when i % 4 == 1, its writer when i % 4 == 0. */
+static int poll_stress_main(void *arg)
+{
+	(void)arg;
+	weft_task *t[2][POLLERS];
+	pthread_t th[2][POLLERS];
+	for (int i = 0; i < POLLERS; i++) {
+		CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sp[i][0]) == 0);
+		CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sp[i][1]) == 0);
+	}
+	for (int i = 0; i < POLLERS; i++) {
+		void *a = (void *)(intptr_t)i;
+		if (i % 4 == 1)
+			CHECK(pthread_create(&th[0][i], NULL, poller_thread, a) == 0);
+		else
+			t[0][i] = weft_spawn(poller, a);
+		if (i % 4 == 0)
+			CHECK(pthread_create(&th[1][i], NULL, writer_thread, a) == 0);
+		else
+			t[1][i] = weft_spawn(writer, a);
+	}
+	for (int i = 0; i < POLLERS; i++) {
+		if (i % 4 == 1)
+			CHECK(pthread_join(th[0][i], NULL) == 0);
+		else
+			CHECK_EQ(weft_join(t[0][i]), 0);
+		if (i % 4 == 0)
+			CHECK(pthread_join(th[1][i], NULL) == 0);
+		else
+			CHECK_EQ(weft_join(t[1][i]), 0);
+	}
+	for (int i = 0; i < POLLERS; i++)
+		for (int k = 0; k < 4; k++)
+			close(sp[i][k / 2][k % 2]);
+	return 0;
+}
+
+TEST(child_poll_stress)
+{
+	RUN(poll_stress_main);
+}
+
 /* ---- the tests: run a child with the shim preloaded --------------------------------------- */
 
 static void run_child(const char *name)
@@ -303,4 +587,19 @@ TEST(tcp_reads_and_dontwait_keep_libc_semantics)
 TEST(poll_for_reading_and_writing_returns_when_writable)
 {
 	run_child("child_poll_both_ways");
+}
+
+TEST(poll_on_several_fds_parks_the_task_not_a_pool_thread)
+{
+	run_child("child_poll_chain");
+}
+
+TEST(poll_on_several_fds_with_reads_busy_fds_and_errors)
+{
+	run_child("child_poll_reads");
+}
+
+TEST(poll_on_several_fds_stress_with_task_and_thread_writers)
+{
+	run_child("child_poll_stress");
 }
