@@ -305,7 +305,9 @@ int poll_wait(int fd, uint32_t events, int64_t deadline)
 struct poll_node {
 	struct wait *w;
 	uint32_t mask;                 /* the epoll events that concern it */
-	struct poll_node *next, **pprev; /* in its fd's list; pprev NULL once unlinked */
+	struct fdesc *d;               /* whose list it is in (not found again through the
+					* caller's array, which may change under us) */
+	struct poll_node *next, **pprev; /* in d's list; pprev NULL once unlinked */
 };
 
 static uint32_t node_mask(short events)
@@ -323,7 +325,7 @@ static int link_node(const struct pollfd *p, struct poll_node *n, struct wait *w
 	struct fdesc *d = fdesc_of(p->fd, true);
 	if (!d)
 		return -EBADF;
-	*n = (struct poll_node){ .w = w, .mask = node_mask(p->events) };
+	*n = (struct poll_node){ .w = w, .mask = node_mask(p->events), .d = d };
 	spin_lock(&d->lock);
 	int err = ensure_registered(p->fd, d);
 	if (!err) {
@@ -370,10 +372,10 @@ static int finish_polls(struct poll_node *n, int result)
 	return k;
 }
 
-static void unlink_nodes(const struct pollfd *fds, struct poll_node *node, int n)
+static void unlink_nodes(struct poll_node *node, int n)
 {
 	for (int i = 0; i < n; i++) {
-		struct fdesc *d = fds[i].fd >= 0 ? fdesc_of(fds[i].fd, false) : NULL;
+		struct fdesc *d = node[i].d;
 		if (!d)
 			continue;
 		spin_lock(&d->lock);
@@ -397,7 +399,7 @@ static int link_all(const struct pollfd *fds, int n, struct poll_node *node, str
 {
 	int err = 0;
 	for (*linked = 0; *linked < n && !err; ++*linked) {
-		node[*linked].pprev = NULL;
+		node[*linked] = (struct poll_node){ 0 };
 		if (fds[*linked].fd >= 0)
 			err = link_node(&fds[*linked], &node[*linked], w);
 	}
@@ -416,16 +418,23 @@ int poll_fds(struct pollfd *fds, int n, int64_t deadline)
 		int err = link_all(fds, n, node, w, &linked);
 		if ((r = err ? err : look(fds, n))) {
 			wait_abandon(w); /* a wake-up that came meanwhile is moot: we have looked */
-			unlink_nodes(fds, node, linked);
+			unlink_nodes(node, linked);
 			break;
 		}
 		r = wait_park(w, deadline);
-		unlink_nodes(fds, node, linked);
+		unlink_nodes(node, linked);
 		if (r == -ETIMEDOUT) { /* the kernel's last word: the poller may be behind */
 			r = look(fds, n);
 			break;
 		}
-		if (r != 0 && r != -EBADF) /* -EBADF: an fd closed through weft; look: POLLNVAL */
+		/* An fd closed through weft (poll_forget) may not be closed in the kernel yet:
+		 * linking again would register it anew, and epoll would drop that registration
+		 * unseen at the close, leaving whatever next gets its number unregistered for
+		 * good. So look once: POLLNVAL if the close is done; if not, the caller asks libc,
+		 * which waits for the other fds, as a poll racing a close does there. */
+		if (r == -EBADF && (r = look(fds, n)) == 0)
+			r = -EBADF;
+		if (r != 0)
 			break;
 	}
 	atomic_fetch_sub(&P.waiters, 1);

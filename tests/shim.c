@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 
 #include "test.h"
@@ -381,9 +382,10 @@ static int poll_reads_main(void *arg)
 	tcp_pair(&c, &s);
 	CHECK(pipe(other) == 0);
 	char b[64];
-	CHECK_EQ(write(c, "first", 5), 5);
-	CHECK_EQ(read(s, b, sizeof b), 5); /* short: s is drained */
 	weft_task *w = weft_spawn(write_later, (void *)(intptr_t)c);
+	CHECK_EQ(read(s, b, sizeof b), 5); /* waits (s is registered), then short: s is drained */
+	CHECK_EQ(weft_join(w), 0);
+	w = weft_spawn(write_later, (void *)(intptr_t)c);
 	struct pollfd p[2] = { { .fd = other[0], .events = POLLIN }, { .fd = s, .events = POLLIN } };
 	CHECK_EQ(woken_poll(p, 2), 1);
 	CHECK(p[1].revents & POLLIN);
@@ -541,6 +543,158 @@ TEST(child_poll_stress)
 	RUN(poll_stress_main);
 }
 
+/* poll(2) ended otherwise than by an edge, and polls that fall back to libc:
+ * - cancelled (-1/EINTR) or timed out, its task goes on to reuse the stack its nodes were on
+ *   while edges arrive on the fds it polled;
+ * - an fd closed through the shim by another task: POLLNVAL at once;
+ * - a regular file (epoll refuses it) or standard output among the fds: libc, on the pool;
+ * - writability on two full sockets; no fds at all, or only negative ones: a sleep. */
+static int pe[3][2];
+static atomic_int pe_res, pe_err;
+
+static void scribble(int depth)
+{
+	volatile char buf[512];
+	memset((char *)buf, 0xab, sizeof buf);
+	if (depth)
+		scribble(depth - 1);
+}
+
+static void poll_three(void *arg)
+{
+	struct pollfd p[3];
+	for (int i = 0; i < 3; i++)
+		p[i] = (struct pollfd){ .fd = pe[i][0], .events = POLLIN };
+	atomic_store(&pe_res, poll(p, 3, (int)(intptr_t)arg));
+	atomic_store(&pe_err, errno);
+	scribble(8); /* over the nodes, which must be off every list by now */
+	usleep(30000);
+	scribble(8);
+}
+
+static void drain_later_fd(void *arg)
+{
+	static char sink[1 << 16];
+	usleep(20000);
+	while (recv((int)(intptr_t)arg, sink, sizeof sink, MSG_DONTWAIT) > 0)
+		;
+}
+
+static int poll_ends_main(void *arg)
+{
+	(void)arg;
+	char b[8];
+	for (int i = 0; i < 3; i++)
+		CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, pe[i]) == 0);
+	for (int timeout = -1; timeout <= 20; timeout += 21) { /* cancelled, then timed out */
+		weft_task *t = weft_spawn(poll_three, (void *)(intptr_t)timeout);
+		usleep(timeout < 0 ? 10000 : 30000);
+		if (timeout < 0)
+			CHECK_EQ(weft_cancel(t), 0);
+		usleep(5000);
+		for (int i = 0; i < 3; i++)
+			CHECK_EQ(write(pe[i][1], "e", 1), 1);
+		CHECK_EQ(weft_join(t), 0);
+		CHECK_EQ(atomic_load(&pe_res), timeout < 0 ? -1 : 0);
+		if (timeout < 0)
+			CHECK_EQ(atomic_load(&pe_err), EINTR);
+		for (int i = 0; i < 3; i++)
+			CHECK_EQ(read(pe[i][0], b, sizeof b), 1);
+	}
+
+	weft_task *t = weft_spawn(poll_three, (void *)(intptr_t)5000);
+	usleep(10000);
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	close(pe[1][0]);
+	CHECK_EQ(weft_join(t), 0);
+	CHECK_EQ(atomic_load(&pe_res), 1);
+	CHECK(elapsed_ms(t0) < 4000);
+
+	int f = open("/proc/self/stat", O_RDONLY);
+	struct pollfd p[2] = { { .fd = pe[0][0], .events = POLLIN }, { .fd = f, .events = POLLIN } };
+	CHECK_EQ(woken_poll(p, 2), 1);
+	CHECK(p[0].revents == 0 && (p[1].revents & POLLIN));
+	p[1] = (struct pollfd){ .fd = 1, .events = POLLOUT };
+	CHECK(poll(p, 2, 1000) >= 0);
+	close(f);
+
+	int a[2], c[2];
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, a) == 0 && socketpair(AF_UNIX, SOCK_STREAM, 0, c) == 0);
+	static char big[1 << 16];
+	while (send(a[1], big, sizeof big, MSG_DONTWAIT) > 0)
+		;
+	while (send(c[1], big, sizeof big, MSG_DONTWAIT) > 0)
+		;
+	struct pollfd out[2] = { { .fd = a[1], .events = POLLOUT }, { .fd = c[1], .events = POLLOUT } };
+	t = weft_spawn(drain_later_fd, (void *)(intptr_t)c[0]);
+	CHECK_EQ(woken_poll(out, 2), 1);
+	CHECK(out[0].revents == 0 && (out[1].revents & POLLOUT));
+	CHECK_EQ(weft_join(t), 0);
+
+	struct pollfd neg[2] = { { .fd = -1, .events = POLLIN }, { .fd = -5, .events = POLLIN } };
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CHECK_EQ(poll(neg, 2, 30), 0);
+	CHECK(elapsed_ms(t0) >= 30);
+	return 0;
+}
+
+TEST(child_poll_ends)
+{
+	RUN(poll_ends_main);
+}
+
+/* A poll woken because one of its fds is being closed (the shim's close() first wakes the fd's
+ * waiters, then closes it in the kernel) must not register that fd in epoll again in between:
+ * the close would drop the registration unseen, and the next fd to get that number would never
+ * be registered, so a read of it would wait for ever. Made certain here by calling the two
+ * halves of close() 20 ms apart. */
+void poll_forget(int fd); /* libweft.so's, which the shim's close() calls */
+static int cr_fd, cr_idle[2];
+static atomic_int cr_read;
+
+static void cr_poll(void *arg)
+{
+	(void)arg;
+	struct pollfd p[2] = { { .fd = cr_fd, .events = POLLIN }, { .fd = cr_idle[0], .events = POLLIN } };
+	poll(p, 2, 200);
+}
+
+static void cr_reader(void *arg)
+{
+	char b[8];
+	CHECK_EQ(read((int)(intptr_t)arg, b, sizeof b), 1);
+	atomic_store(&cr_read, 1);
+}
+
+static int close_race_main(void *arg)
+{
+	(void)arg;
+	int a[2], b[2];
+	CHECK(pipe(cr_idle) == 0 && socketpair(AF_UNIX, SOCK_STREAM, 0, a) == 0);
+	cr_fd = a[0];
+	weft_task *t = weft_spawn(cr_poll, NULL);
+	usleep(20000);
+	poll_forget(a[0]);
+	usleep(20000);
+	CHECK(syscall(SYS_close, a[0]) == 0);
+	CHECK_EQ(weft_join(t), 0);
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, b) == 0);
+	CHECK_EQ(b[0], a[0]); /* the number is reused */
+	CHECK(weft_spawn_opt(cr_reader, (void *)(intptr_t)b[0], &(weft_spawn_opts){ .detached = 1 }));
+	usleep(20000);
+	CHECK_EQ(write(b[1], "x", 1), 1);
+	for (int i = 0; i < 2000 && !atomic_load(&cr_read); i++)
+		usleep(1000);
+	CHECK(atomic_load(&cr_read));
+	return 0;
+}
+
+TEST(child_poll_close_race)
+{
+	RUN(close_race_main);
+}
+
 /* ---- the tests: run a child with the shim preloaded --------------------------------------- */
 
 static void run_child(const char *name)
@@ -602,4 +756,14 @@ TEST(poll_on_several_fds_with_reads_busy_fds_and_errors)
 TEST(poll_on_several_fds_stress_with_task_and_thread_writers)
 {
 	run_child("child_poll_stress");
+}
+
+TEST(poll_ended_by_cancel_timeout_close_and_libc_fallbacks)
+{
+	run_child("child_poll_ends");
+}
+
+TEST(poll_woken_by_a_close_leaves_the_fd_unregistered)
+{
+	run_child("child_poll_close_race");
 }
