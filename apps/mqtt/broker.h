@@ -170,6 +170,8 @@ typedef struct session {
 	uint8_t version;
 	uint32_t expiry_interval;  /* seconds, UINT32_MAX never */
 	int64_t expire_at;         /* when offline with an expiry */
+	int64_t dl_at;             /* its deadline and place in the reaper's heap (deadline.c) */
+	uint32_t dl_pos;
 	/* outbound */
 	uint8_t *out;              /* encoded packets not yet written */
 	uint32_t out_len, out_cap;
@@ -241,8 +243,16 @@ void session_restore_will(session *s, msg *will, uint32_t delay, uint32_t expiry
 session *session_find(const char *id, uint16_t n);
 /* Note a subscription in s's list (conn.c). */
 void subrec_add(session *s, const uint8_t *f, uint16_t len);
-/* Expire offline sessions and delayed wills; returns the number of sessions. */
+/* Publish the delayed wills and end the offline sessions whose time has come. */
 void sessions_reap(int64_t now);
+/* deadline.c: the offline sessions that have a deadline, earliest first. deadline_set (under
+ * s's lock; when 0: none) files s for when it next needs the reaper, which is
+ * session_deadline(s); deadline_due takes out one whose deadline is at or before now, with a
+ * reference, or returns NULL. */
+void deadline_set(session *s, int64_t when);
+int64_t session_deadline(const session *s);
+session *deadline_due(int64_t now);
+void deadline_free_all(void);
 long sessions_count(void);
 /* Kick every connection (server shutting down). */
 void sessions_shutdown(void);

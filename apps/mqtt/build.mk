@@ -9,7 +9,7 @@
 # store.c; docs/weft-mqtt-security.md and weft-mqtt-durability.md) are in MQTT_SRC where their
 # libraries are (OpenSSL, SQLite); prod_auth.mk and prod_store.mk build their unit tests.
 MQTT_SRC := $(addprefix apps/mqtt/,codec.c encode.c config.c conn.c epoch.c msg.c pool.c \
-	session.c stats.c topic.c access.c acl.c persist.c metrics.c bridge.c ratelimit.c)
+	session.c deadline.c stats.c topic.c access.c acl.c persist.c metrics.c bridge.c ratelimit.c)
 MQTT_HDR := $(addprefix apps/mqtt/,broker.h codec.h acl.h auth.h ws.h tls.h store.h bridge.h \
 	ratelimit.h) include/weft.h
 MQTT_LIBS :=
@@ -37,7 +37,7 @@ endif
 MQTT_OBJ := $(MQTT_SRC:apps/mqtt/%.c=$(B)/obj/mqtt/%.o)
 
 ALL   += $(B)/bin/weft-mqtt
-TESTS += $(B)/tests/mqtt_codec $(B)/tests/mqtt_topic $(B)/tests/mqtt_broker
+TESTS += $(B)/tests/mqtt_codec $(B)/tests/mqtt_topic $(B)/tests/mqtt_deadline $(B)/tests/mqtt_broker
 # The isolation test (tests/isolation.c: others' p99 beside a flooder and a slow reader): with
 # max_publish_rate in every `make test`; with the broker's defaults, where nothing limits the
 # flood and the 2x target is missed on a shared 2-core machine (see the file's header), only

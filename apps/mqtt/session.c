@@ -123,6 +123,7 @@ static void session_end(session *s)
 	msg *will = NULL;
 	WEFT_WITH_LOCK(&s->lock) {
 		s->dead = true;
+		deadline_set(s, 0);
 		persist_session_gone(s, NULL);
 		subs = s->subs, s->subs = NULL;
 		q = s->queue, s->queue = s->queue_tail = NULL;
@@ -220,6 +221,7 @@ session *session_attach(conn *c, const char *id, uint16_t n, bool clean, bool *p
 					s->will_pending = false;
 					s->will_gen++;
 					s->expire_at = 0;
+					deadline_set(s, 0);
 					pool_free(s->out);
 					s->out = NULL;
 					s->out_len = s->out_cap = 0;
@@ -275,6 +277,8 @@ session *session_restore(const char *id, uint16_t n, uint8_t version, uint32_t e
 		s->expire_at = expire_at;
 		s->window = 1;
 		s->stored = true;
+		WEFT_WITH_LOCK(&s->lock)
+			deadline_set(s, session_deadline(s));
 	}
 	return s;
 }
@@ -309,6 +313,7 @@ void session_restore_will(session *s, msg *will, uint32_t delay, uint32_t expiry
 		s->will_pending = true;
 		s->will_at = at;
 		s->will_stored = true;
+		deadline_set(s, session_deadline(s));
 	}
 }
 
@@ -344,8 +349,10 @@ void session_detach(conn *c, bool publish_will_now)
 		}
 		if (!end && s->expiry_interval != UINT32_MAX)
 			s->expire_at = now + (int64_t)s->expiry_interval * 1000000000;
-		if (!end)
+		if (!end) {
+			deadline_set(s, session_deadline(s));
 			persist_session(s, false, NULL); /* when it went: its expiry counts from then */
+		}
 	}
 	if (will)
 		publish_will(will);
@@ -365,58 +372,49 @@ void session_detach(conn *c, bool publish_will_now)
 	session_unref(s);
 }
 
-void sessions_reap(int64_t now)
+/* s's deadline has come (deadline_due): publish its will if that is due, end it if it has
+ * expired, else file it for what is left. Nothing when a client has come back for it. */
+static void reap_one(session *s, int64_t now)
 {
-	route_buf wills = { 0 }, ends = { 0 };
-	WEFT_WITH_LOCK(&tlock) {
-		for (int b = 0; b < NBUCKETS; b++) {
-			session **pp = &table[b];
-			while (*pp) {
-				session *s = *pp;
-				bool expire = false;
-				if (!atomic_load_explicit(&s->online, memory_order_relaxed)) {
-					WEFT_WITH_LOCK(&s->lock) {
-						if (s->conn)
-							break;
-						if (s->will_pending && s->will_at <= now) {
-							msg **v = route_grow(&wills, sizeof(msg *), wills.n + 1);
-							v[wills.n++] = take_will(s);
-							s->will_pending = false;
-							persist_will_gone(s);
-						}
-						expire = s->expire_at && s->expire_at <= now;
-					}
-				}
-				if (expire) {
-					*pp = s->hnext;
-					nsessions--;
-					session **v = route_grow(&ends, sizeof(session *), ends.n + 1);
-					v[ends.n++] = s;
-				} else {
-					pp = &s->hnext;
-				}
-			}
+	msg *will = NULL;
+	bool expired = false;
+	WEFT_WITH_LOCK(&tlock) WEFT_WITH_LOCK(&s->lock) {
+		if (s->conn || s->dead)
+			break;
+		if (s->will_pending && s->will_at <= now) {
+			will = take_will(s);
+			s->will_pending = false;
+			persist_will_gone(s);
 		}
-	}
-	for (uint32_t i = 0; i < wills.n; i++)
-		publish_will(((msg **)wills.v)[i]);
-	for (uint32_t i = 0; i < ends.n; i++) {
-		session *s = ((session **)ends.v)[i];
-		msg *will = NULL;
-		WEFT_WITH_LOCK(&s->lock) {
+		/* not in the table: whoever took it out is ending it */
+		bool listed = find(s->client_id, s->id_len, s->hash) == s;
+		expired = listed && s->expire_at && s->expire_at <= now;
+		if (expired) {
+			unlink_locked(s);
 			if (s->will_pending) /* the session ends before the will delay */
 				will = take_will(s);
+		} else if (listed) {
+			deadline_set(s, session_deadline(s));
 		}
-		if (will)
-			publish_will(will);
-		session_end(s);
 	}
-	free(wills.v);
-	free(ends.v);
+	if (will)
+		publish_will(will);
+	if (expired)
+		session_end(s);
+}
+
+void sessions_reap(int64_t now)
+{
+	session *s;
+	while ((s = deadline_due(now))) {
+		reap_one(s, now);
+		session_unref(s);
+	}
 }
 
 void sessions_free_all(void)
 {
+	deadline_free_all();
 	for (int b = 0; b < NBUCKETS; b++)
 		while (table[b]) {
 			session *s = table[b];

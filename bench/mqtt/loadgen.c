@@ -37,6 +37,9 @@
  *             -W threads each doing the same; reports connections/s. The client closes with an
  *             abortive close after its DISCONNECT, or thousands of TIME_WAIT sockets a second
  *             would exhaust the local ports.
+ *   -O N      leave N persistent sessions offline (-W threads connect and disconnect them), then
+ *             report the broker's CPU while it holds them with nothing to do (-d seconds), and
+ *             the CONNACK latency of fresh clients meanwhile (offline.c).
  *
  * Sessions: clean by default, with client ids and topics named after the generator's pid
  * (lg<pid>-pub0, lg<pid>/pair/0, ...). -c makes every connection's session persistent (3.1.1:
@@ -100,6 +103,7 @@ static void usage(void)
 	      "         [-S subscribers] [-q qos] [-s payload bytes] [-n msgs per publisher]\n"
 	      "         [-d seconds] [-r total msgs/s] [-w window] [-W worker threads] [-V 3|5]\n"
 	      "         [-b broker pid] [-x warm-up seconds] [-I idle connections] [-C seq|par]\n"
+	      "         [-O offline sessions]\n"
 	      "         [-c (persistent sessions)] [-i client id and topic prefix]\n", stderr);
 	exit(2);
 }
@@ -124,7 +128,7 @@ int main(int argc, char **argv)
 {
 	int ch;
 	const char *prefix = NULL;
-	while ((ch = getopt(argc, argv, "h:p:t:P:S:q:s:n:d:r:w:W:V:b:I:C:x:ci:")) != -1) {
+	while ((ch = getopt(argc, argv, "h:p:t:P:S:q:s:n:d:r:w:W:V:b:I:C:O:x:ci:")) != -1) {
 		switch (ch) {
 		case 'h': opt.host = optarg; break;
 		case 'p': opt.port = atoi(optarg); break;
@@ -146,6 +150,7 @@ int main(int argc, char **argv)
 		case 'b': opt.broker_pid = atoi(optarg); break;
 		case 'I': opt.idle = atoi(optarg); break;
 		case 'C': opt.storm = optarg; break;
+		case 'O': opt.offline = atoi(optarg); break;
 		case 'x': opt.warmup = atof(optarg); break;
 		case 'c': opt.persistent = true; break;
 		case 'i': prefix = optarg; break;
@@ -161,10 +166,10 @@ int main(int argc, char **argv)
 	if (opt.qos < 0 || opt.qos > 2 || opt.npub < 1 || opt.nsub < 1 || opt.window < 1 ||
 	    opt.nworkers < 1 || opt.nworkers > MAX_WORKERS || opt.port < 1)
 		usage();
-	if (!opt.idle && !opt.storm && !opt.count && opt.duration <= 0)
+	if (!opt.idle && !opt.storm && !opt.offline && !opt.count && opt.duration <= 0)
 		die("give a message count (-n) or a duration (-d)");
-	if (opt.storm && opt.duration <= 0)
-		die("a storm needs a duration (-d)");
+	if ((opt.storm || opt.offline) && opt.duration <= 0)
+		die("a storm or an offline run needs a duration (-d)");
 	if (prefix && (!*prefix || strlen(prefix) >= 32 || strpbrk(prefix, "+#/")))
 		die("-i: a prefix of 1 to 31 characters, without + # or /");
 	if (prefix)
@@ -173,7 +178,8 @@ int main(int argc, char **argv)
 		snprintf(opt.prefix, sizeof opt.prefix, "lg%d", (int)getpid());
 	raise_fd_limit();
 	mosquitto_lib_init();
-	int rc = opt.storm ? run_storm() : opt.idle ? run_idle() : run_traffic();
+	int rc = opt.storm ? run_storm() : opt.offline ? run_offline() : opt.idle ? run_idle() :
+		 run_traffic();
 	mosquitto_lib_cleanup();
 	return rc;
 }

@@ -85,6 +85,7 @@ struct options {
 	double warmup;   /* seconds of traffic before measuring */
 	int idle;        /* -I: idle connections */
 	const char *storm;
+	int offline;     /* -O: persistent sessions left offline */
 	int broker_pid;
 	bool persistent; /* -c: persistent sessions (clean session off; 5.0: session expiry) */
 	char prefix[64]; /* of client ids and topics: lg<pid>, or -i's */
@@ -122,7 +123,12 @@ void connect_all(void);
 void stop_workers(void);
 int run_traffic(void);
 
-/* idle.c, storm.c */
+/* idle.c, storm.c, offline.c */
 int run_idle(void);
 int run_storm(void);
+int run_offline(void);
+/* CONNECT (clean, or a persistent session: 5.0 with an hour's expiry), CONNACK, DISCONNECT on
+ * m as client `id`: 0, or -1 when refused or failed. *connack_ns (if not NULL): the time from
+ * the connect call to the CONNACK. */
+int connect_cycle(struct mosquitto *m, const char *id, bool clean, int64_t *connack_ns);
 #endif

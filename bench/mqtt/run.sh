@@ -9,6 +9,8 @@
 #   fanout    1 publisher -> 100 subscribers, QoS 0
 #   rate      50 pairs at a fixed 10,000 msgs/s in total, QoS 1: the latency run
 #   idle      10,000 idle connections to a freshly started broker: RSS per connection
+#   offline   50,000 persistent 5.0 sessions (an hour's expiry) left offline on a fresh broker:
+#             its CPU while it holds them, and fresh clients' CONNACK latency meanwhile
 #   storm     connect/CONNACK/DISCONNECT, one at a time and from 4 threads: connections/s
 # The brokers take turns run by run (weft-mqtt, mosquitto, weft-mqtt, ...), so that changes in
 # the machine's load fall on both. The traffic scenarios run $RUNS times (default 3) after a
@@ -152,6 +154,15 @@ measure() { # brokers...
 			echo "  $who idle: the load generator reported a failure (above)" >&2
 		field rss_per_conn_bytes < "$tmp/$who.idle.out" > "$tmp/$who.idle.bytes"
 		stop_broker "$who"
+		echo "  $who offline" >&2
+		start_broker "$who" || continue
+		"$load" -p "${PORT[$who]}" -b "${PID[$who]}" -O 50000 -W 4 -V 5 -d 3 \
+			> "$tmp/$who.offline.out" ||
+			echo "  $who offline: the load generator reported a failure (above)" >&2
+		for m in idle_cpu_pct connack_p99_us; do
+			field $m < "$tmp/$who.offline.out" > "$tmp/$who.offline.$m"
+		done
+		stop_broker "$who"
 	done
 }
 
@@ -168,6 +179,11 @@ report() { # broker
 	[ -s "$tmp/$who.idle.bytes" ] &&
 		emit "$who idle rss" "bytes/conn" "$(cat "$tmp/$who.idle.bytes")" \
 			"broker VmRSS growth / 10000 idle connections"
+	[ -s "$tmp/$who.offline.idle_cpu_pct" ] || return 0
+	emit "$who offline cpu" "%" "$(cat "$tmp/$who.offline.idle_cpu_pct")" \
+		"broker CPU (of one core) holding 50000 offline sessions, nothing else to do"
+	emit "$who offline connack p99" "us" "$(cat "$tmp/$who.offline.connack_p99_us")" \
+		"a fresh client's CONNACK latency beside 50000 offline sessions (one every 5 ms, 3 s)"
 }
 
 if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then
@@ -205,6 +221,8 @@ ratios() { # weft broker, its label
 	done
 	ratio "$2/mosquitto idle rss" "x" "$tmp/$1.idle.bytes" "$tmp/mosquitto.idle.bytes" \
 		"RSS per idle connection ratio (target: at most 8192 bytes each)"
+	ratio "$2/mosquitto offline connack p99" "x" "$tmp/$1.offline.connack_p99_us" \
+		"$tmp/mosquitto.offline.connack_p99_us" "CONNACK p99 beside 50000 offline sessions"
 }
 if [ -x "$weft" ]; then
 	ratios weft-mqtt weft

@@ -1,6 +1,7 @@
 /*
  * storm.c - the connect/disconnect storm (-C seq|par): CONNECT, CONNACK, DISCONNECT as fast as
- * one thread, or -W threads, can go for -d seconds.
+ * one thread, or -W threads, can go for -d seconds; and connect_cycle, one such cycle, which
+ * offline.c uses too.
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -17,42 +18,53 @@ static void storm_on_connect(struct mosquitto *m, void *arg, int rc)
 	*(int *)arg = rc ? -1 : 1;
 }
 
+int connect_cycle(struct mosquitto *m, const char *id, bool clean, int64_t *connack_ns)
+{
+	int state = 0;
+	mosquitto_reinitialise(m, id, clean, &state);
+	mosquitto_int_option(m, MOSQ_OPT_PROTOCOL_VERSION, opt.version);
+	mosquitto_connect_callback_set(m, storm_on_connect);
+	int64_t t0 = now_ns();
+	int rc;
+	if (!clean && opt.version == MQTT_PROTOCOL_V5) { /* as traffic.c: an hour's expiry */
+		mosquitto_property *props = NULL;
+		mosquitto_property_add_int32(&props, MQTT_PROP_SESSION_EXPIRY_INTERVAL, 3600);
+		rc = mosquitto_connect_bind_v5(m, opt.host, opt.port, opt.keepalive, NULL, props);
+		mosquitto_property_free_all(&props);
+	} else {
+		rc = mosquitto_connect(m, opt.host, opt.port, opt.keepalive);
+	}
+	if (rc != MOSQ_ERR_SUCCESS) {
+		usleep(1000);
+		return -1;
+	}
+	/* The client closes first after DISCONNECT; an abortive close keeps thousands of
+	 * connections a second from filling the port range with TIME_WAIT. */
+	struct linger lg = { 1, 0 };
+	setsockopt(mosquitto_socket(m), SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+	while (state == 0)
+		if (mosquitto_loop(m, 1000, 1) != MOSQ_ERR_SUCCESS)
+			break;
+	if (state != 1)
+		return -1;
+	if (connack_ns)
+		*connack_ns = now_ns() - t0;
+	mosquitto_disconnect(m);
+	while (mosquitto_loop(m, 1000, 1) == MOSQ_ERR_SUCCESS)
+		;
+	return 0;
+}
+
 static void *storm_thread(void *arg)
 {
 	long t = (long)arg, k = 0;
-	int state;
 	char id[96];
 	int64_t end = now_ns() + (int64_t)(opt.duration * 1e9);
 	snprintf(id, sizeof id, "%s-storm%ld", opt.prefix, t);
-	struct mosquitto *m = mosquitto_new(id, true, &state);
-	mosquitto_int_option(m, MOSQ_OPT_PROTOCOL_VERSION, opt.version);
-	mosquitto_connect_callback_set(m, storm_on_connect);
+	struct mosquitto *m = mosquitto_new(id, true, NULL);
 	while (now_ns() < end && !atomic_load(&stop_all)) {
 		snprintf(id, sizeof id, "%s-storm%ld-%ld", opt.prefix, t, k++);
-		mosquitto_reinitialise(m, id, true, &state);
-		mosquitto_int_option(m, MOSQ_OPT_PROTOCOL_VERSION, opt.version);
-		mosquitto_connect_callback_set(m, storm_on_connect);
-		state = 0;
-		if (mosquitto_connect(m, opt.host, opt.port, opt.keepalive) != MOSQ_ERR_SUCCESS) {
-			atomic_fetch_add(&storm_failed, 1);
-			usleep(1000);
-			continue;
-		}
-		/* The client closes first after DISCONNECT; an abortive close keeps thousands
-		 * of connections a second from filling the port range with TIME_WAIT. */
-		struct linger lg = { 1, 0 };
-		setsockopt(mosquitto_socket(m), SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
-		while (state == 0)
-			if (mosquitto_loop(m, 1000, 1) != MOSQ_ERR_SUCCESS)
-				break;
-		if (state != 1) {
-			atomic_fetch_add(&storm_failed, 1);
-			continue;
-		}
-		mosquitto_disconnect(m);
-		while (mosquitto_loop(m, 1000, 1) == MOSQ_ERR_SUCCESS)
-			;
-		atomic_fetch_add(&storm_done, 1);
+		atomic_fetch_add(connect_cycle(m, id, true, NULL) ? &storm_failed : &storm_done, 1);
 	}
 	mosquitto_destroy(m);
 	return NULL;

@@ -191,6 +191,28 @@ test('session_expiry_v5', async () => {
 	eq(short.messages.length, 0, 'nothing queued for an expired session');
 });
 
+// A reconnect takes the session off the reaper's list; its expiry counts again from the next
+// disconnect, not from the first.
+test('session_expiry_restarts_at_each_disconnect_v5', async () => {
+	await startBroker();
+	const opts = { clientId: 'se-again', clean: false, properties: { sessionExpiryInterval: 1 } };
+	let c = await client(5, opts);
+	await c.subscribeAsync('sa/t', { qos: 1 });
+	await c.endAsync();
+	await sleep(700);
+	c = await client(5, opts);
+	eq(c.connack.sessionPresent, true, 'back within the expiry');
+	await c.endAsync();
+	await sleep(700); // 1.4 s after the first disconnect, 0.7 s after the second
+	c = await client(5, opts);
+	eq(c.connack.sessionPresent, true, 'the expiry counts from the last disconnect');
+	await c.endAsync();
+	await sleep(1600);
+	c = await client(5, opts);
+	eq(c.connack.sessionPresent, false, 'and then it passes');
+	await c.endAsync();
+});
+
 test('will_delay_v5', async () => {
 	await startBroker();
 	const w = await client(5);
