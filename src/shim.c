@@ -3,10 +3,10 @@
  *
  * Loaded with LD_PRELOAD (or linked before libc), it defines sleep, usleep, nanosleep,
  * clock_nanosleep, read, write, readv, writev, recv, recvfrom, recvmsg, send, sendto, sendmsg,
- * accept, accept4, connect and poll. Called from a task, each parks the task instead of the
- * worker (on a deadline, or on its fds through the poller). Called from any other thread, each
- * goes straight to libc. Return values and errno are libc's; a task cancelled in such a call
- * sees -1/EINTR.
+ * accept, accept4, connect, poll, ppoll, select and pselect. Called from a task, each parks
+ * the task instead of the worker (on a deadline, or on its fds through the poller). Called from
+ * any other thread, each goes straight to libc. Return values and errno are libc's; a task
+ * cancelled in such a call sees -1/EINTR.
  *
  * To wait on an fd weft makes it non-blocking in the kernel, so the shim also keeps up the
  * program's own view of O_NONBLOCK: fcntl(F_GETFL/F_SETFL) and ioctl(FIONBIO) read and write
@@ -24,10 +24,13 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
+#include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -302,18 +305,114 @@ static bool weft_can_wait(const struct pollfd *fds, nfds_t n)
 	return true;
 }
 
-int poll(struct pollfd *fds, nfds_t n, int timeout)
+/* The poll family in a task, until `deadline`. */
+static int task_poll(struct pollfd *fds, nfds_t n, int64_t deadline)
 {
-	REAL(poll);
-	if (!in_task() || timeout == 0)
-		return real_poll(fds, n, timeout);
-	int64_t deadline = timeout < 0 ? WEFT_FOREVER : weft_now() + timeout * 1000000LL;
 	if (!weft_can_wait(fds, n))
 		return poll_on_pool(fds, n, deadline);
 	int r = poll_fds(fds, (int)n, deadline);
 	if (r == -ECANCELED)
 		return (int)fail(r);
 	return r < 0 ? poll_on_pool(fds, n, deadline) : r;
+}
+
+/* now + sec seconds + ns, or WEFT_FOREVER past the year 2500 (not to overflow). */
+static int64_t deadline_in(int64_t sec, int64_t ns)
+{
+	return sec > 16000000000 ? WEFT_FOREVER : weft_now() + sec * 1000000000 + ns;
+}
+
+int poll(struct pollfd *fds, nfds_t n, int timeout)
+{
+	REAL(poll);
+	if (!in_task() || timeout == 0)
+		return real_poll(fds, n, timeout);
+	return task_poll(fds, n, timeout < 0 ? WEFT_FOREVER : deadline_in(0, timeout * 1000000LL));
+}
+
+/* With a signal mask to swap in for the wait, ppoll and pselect are the thread's business (a
+ * worker's mask is not the task's to change): libc's, as are bad timeouts (libc says EINVAL). */
+static bool bad_ts(const struct timespec *ts)
+{
+	return ts && (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= 1000000000);
+}
+
+int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask)
+{
+	REAL(ppoll);
+	if (!in_task() || mask || bad_ts(ts) || (ts && !ts->tv_sec && !ts->tv_nsec))
+		return real_ppoll(fds, n, ts, mask);
+	return task_poll(fds, n, ts ? deadline_in(ts->tv_sec, ts->tv_nsec) : WEFT_FOREVER);
+}
+
+/* select and pselect: the fd sets become a pollfd array, and poll's answer the sets again, as
+ * the kernel does (fs/select.c: readable also on POLLHUP and POLLERR, writable also on POLLERR,
+ * exceptional on POLLPRI; an fd that is not open fails the call with EBADF). */
+static int task_select(int nfds, fd_set *r, fd_set *w, fd_set *e, int64_t deadline)
+{
+	struct pollfd small[64], *p = small;
+	int n = 0;
+	for (int fd = 0; fd < nfds; fd++)
+		n += (r && FD_ISSET(fd, r)) || (w && FD_ISSET(fd, w)) || (e && FD_ISSET(fd, e));
+	if (n > 64 && !(p = malloc((size_t)n * sizeof *p)))
+		return (int)fail(-ENOMEM);
+	n = 0;
+	for (int fd = 0; fd < nfds; fd++) {
+		short ev = (r && FD_ISSET(fd, r) ? POLLIN : 0) | (w && FD_ISSET(fd, w) ? POLLOUT : 0) |
+			   (e && FD_ISSET(fd, e) ? POLLPRI : 0);
+		if (ev)
+			p[n++] = (struct pollfd){ .fd = fd, .events = ev };
+	}
+	int k = task_poll(p, (nfds_t)n, deadline);
+	for (int i = 0; i < n && k > 0; i++)
+		if (p[i].revents & POLLNVAL)
+			k = (int)fail(-EBADF);
+	if (k >= 0) {
+		k = 0;
+		for (int i = 0; i < n; i++) {
+			int fd = p[i].fd;
+			short ev = p[i].events, re = p[i].revents;
+			bool rd = (ev & POLLIN) && (re & (POLLIN | POLLHUP | POLLERR));
+			bool wr = (ev & POLLOUT) && (re & (POLLOUT | POLLERR));
+			bool ex = (ev & POLLPRI) && (re & POLLPRI);
+			if (r && !rd)
+				FD_CLR(fd, r);
+			if (w && !wr)
+				FD_CLR(fd, w);
+			if (e && !ex)
+				FD_CLR(fd, e);
+			k += rd + wr + ex;
+		}
+	}
+	if (p != small)
+		free(p);
+	return k;
+}
+
+int select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
+{
+	REAL(select);
+	if (!in_task() || nfds < 0 || nfds > FD_SETSIZE ||
+	    (tv && (tv->tv_sec < 0 || tv->tv_usec < 0 || (!tv->tv_sec && !tv->tv_usec))))
+		return real_select(nfds, r, w, e, tv);
+	int64_t deadline = tv ? deadline_in(tv->tv_sec, (int64_t)tv->tv_usec * 1000) : WEFT_FOREVER;
+	int k = task_select(nfds, r, w, e, deadline);
+	if (tv && deadline != WEFT_FOREVER) { /* Linux says how much of the timeout is left */
+		int64_t left = deadline - weft_now();
+		left = left < 0 ? 0 : left;
+		*tv = (struct timeval){ left / 1000000000, left % 1000000000 / 1000 };
+	}
+	return k;
+}
+
+int pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec *ts,
+	    const sigset_t *mask)
+{
+	REAL(pselect);
+	if (!in_task() || mask || nfds < 0 || nfds > FD_SETSIZE || bad_ts(ts) ||
+	    (ts && !ts->tv_sec && !ts->tv_nsec))
+		return real_pselect(nfds, r, w, e, ts, mask);
+	return task_select(nfds, r, w, e, ts ? deadline_in(ts->tv_sec, ts->tv_nsec) : WEFT_FOREVER);
 }
 
 /* ---- the program's view of O_NONBLOCK, and close ----------------------------------------- */

@@ -10,9 +10,11 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -273,29 +275,52 @@ TEST(child_tcp)
  * pipe and one that is never written, each woken by the next, completes in a moment with a
  * blocking pool of one thread (the child runs with WEFT_BLOCKING_THREADS=1). Were each poll a
  * pool job, the thread would hold the first task's poll, which waits for a task queued behind
- * it, until the 10 s timeout. */
+ * it, until the 10 s timeout. The same with ppoll, select and pselect. */
 #define CHAIN 50
 static int chain[CHAIN][2], never[2];
+static const char *chain_call;
+
+/* Wait with chain_call until chain[i][0] is readable; checks that never[0] is not. */
+static void wait_readable(int i)
+{
+	int a = never[0], b = chain[i][0];
+	if (!strcmp(chain_call, "poll") || !strcmp(chain_call, "ppoll")) {
+		struct pollfd p[3] = { { .fd = a, .events = POLLIN }, { .fd = b, .events = POLLIN },
+				       { .fd = -1, .events = POLLIN } };
+		struct timespec ts = { 10, 0 };
+		CHECK_EQ(chain_call[0] == 'p' && chain_call[1] == 'p' ? ppoll(p, 3, &ts, NULL)
+								      : poll(p, 3, 10000), 1);
+		CHECK(p[0].revents == 0 && p[1].revents == POLLIN && p[2].revents == 0);
+		return;
+	}
+	fd_set r, w;
+	FD_ZERO(&r);
+	FD_ZERO(&w);
+	FD_SET(a, &r);
+	FD_SET(b, &r);
+	FD_SET(a, &w); /* the read end of a pipe is never writable */
+	struct timeval tv = { 10, 0 };
+	struct timespec ts = { 10, 0 };
+	CHECK_EQ(!strcmp(chain_call, "select") ? select(b > a ? b + 1 : a + 1, &r, &w, NULL, &tv)
+					       : pselect(b > a ? b + 1 : a + 1, &r, &w, NULL, &ts, NULL),
+		 1);
+	CHECK(!FD_ISSET(a, &r) && FD_ISSET(b, &r) && !FD_ISSET(a, &w));
+}
 
 static void chain_link(void *arg)
 {
 	int i = (int)(intptr_t)arg;
-	struct pollfd p[3] = { { .fd = never[0], .events = POLLIN },
-			       { .fd = chain[i][0], .events = POLLIN },
-			       { .fd = -1, .events = POLLIN } };
-	CHECK_EQ(poll(p, 3, 10000), 1);
-	CHECK(p[0].revents == 0 && p[1].revents == POLLIN && p[2].revents == 0);
+	wait_readable(i);
 	char c;
 	CHECK_EQ(read(chain[i][0], &c, 1), 1);
 	if (i > 0)
 		CHECK_EQ(write(chain[i - 1][1], "x", 1), 1);
 }
 
-static int poll_chain_main(void *arg)
+static void run_chain(const char *call)
 {
-	(void)arg;
 	weft_task *t[CHAIN];
-	CHECK(pipe(never) == 0);
+	chain_call = call;
 	for (int i = 0; i < CHAIN; i++) {
 		CHECK(pipe(chain[i]) == 0);
 		t[i] = weft_spawn(chain_link, (void *)(intptr_t)i);
@@ -306,15 +331,93 @@ static int poll_chain_main(void *arg)
 	CHECK_EQ(write(chain[CHAIN - 1][1], "x", 1), 1);
 	for (int i = 0; i < CHAIN; i++)
 		CHECK_EQ(weft_join(t[i]), 0);
-	fprintf(stderr, "a chain of %d polls: %lld ms\n", CHAIN, (long long)elapsed_ms(t0));
+	fprintf(stderr, "a chain of %d %s calls: %lld ms\n", CHAIN, call, (long long)elapsed_ms(t0));
 	CHECK(elapsed_ms(t0) < 3000);
+	for (int i = 0; i < CHAIN; i++) {
+		close(chain[i][0]);
+		close(chain[i][1]);
+	}
+}
+
+static int poll_chain_main(void *arg)
+{
+	(void)arg;
+	CHECK(pipe(never) == 0);
+	run_chain("select");
+	run_chain("pselect");
+	run_chain("ppoll");
+	run_chain("poll");
 	/* nothing ready: poll returns 0 at its timeout, not before */
+	int idle[2];
+	CHECK(pipe(idle) == 0);
 	struct pollfd p[2] = { { .fd = never[0], .events = POLLIN },
-			       { .fd = chain[0][0], .events = POLLIN | POLLPRI } };
+			       { .fd = idle[0], .events = POLLIN | POLLPRI } };
+	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	CHECK_EQ(poll(p, 2, 30), 0);
 	CHECK(elapsed_ms(t0) >= 30 && p[0].revents == 0 && p[1].revents == 0);
 	return 0;
+}
+
+/* select(2) as the kernel does it: a bit per ready direction counted, the sets cut down to
+ * what is ready, the timeout left written back, 0 with empty sets at the timeout, EBADF for an
+ * fd that is not open (sets untouched); ppoll with a signal mask goes to libc, and works. */
+static int select_main(void *arg)
+{
+	(void)arg;
+	int s[2], q[2];
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, s) == 0 && pipe(q) == 0);
+	CHECK_EQ(write(s[1], "x", 1), 1);
+	fd_set r, w, e;
+	FD_ZERO(&r);
+	FD_ZERO(&w);
+	FD_ZERO(&e);
+	FD_SET(s[0], &r);
+	FD_SET(s[0], &w);
+	FD_SET(s[0], &e);
+	FD_SET(q[0], &r);
+	int nfds = (s[0] > q[0] ? s[0] : q[0]) + 1;
+	struct timeval tv = { 5, 0 };
+	CHECK_EQ(select(nfds, &r, &w, &e, &tv), 2); /* s[0] readable and writable */
+	CHECK(FD_ISSET(s[0], &r) && FD_ISSET(s[0], &w) && !FD_ISSET(s[0], &e) && !FD_ISSET(q[0], &r));
+	CHECK(tv.tv_sec >= 4 && tv.tv_sec <= 5);
+
+	FD_ZERO(&r);
+	FD_SET(q[0], &r);
+	tv = (struct timeval){ 0, 30000 };
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CHECK_EQ(select(q[0] + 1, &r, NULL, NULL, &tv), 0);
+	CHECK(elapsed_ms(t0) >= 30 && !FD_ISSET(q[0], &r) && tv.tv_sec == 0 && tv.tv_usec == 0);
+
+	int gone[2];
+	CHECK(pipe(gone) == 0);
+	close(gone[0]);
+	close(gone[1]);
+	FD_ZERO(&r);
+	FD_SET(q[0], &r);
+	FD_SET(gone[0], &r);
+	tv = (struct timeval){ 1, 0 };
+	errno = 0;
+	CHECK(select((q[0] > gone[0] ? q[0] : gone[0]) + 1, &r, NULL, NULL, &tv) == -1 && errno == EBADF);
+	CHECK(FD_ISSET(q[0], &r) && FD_ISSET(gone[0], &r));
+
+	sigset_t none;
+	sigemptyset(&none);
+	struct pollfd p = { .fd = s[0], .events = POLLIN };
+	struct timespec ts = { 1, 0 };
+	CHECK_EQ(ppoll(&p, 1, &ts, &none), 1);
+	CHECK(p.revents == POLLIN);
+	for (int i = 0; i < 2; i++) {
+		close(s[i]);
+		close(q[i]);
+	}
+	return 0;
+}
+
+TEST(child_select)
+{
+	RUN(select_main);
 }
 
 TEST(child_poll_chain)
@@ -766,4 +869,9 @@ TEST(poll_ended_by_cancel_timeout_close_and_libc_fallbacks)
 TEST(poll_woken_by_a_close_leaves_the_fd_unregistered)
 {
 	run_child("child_poll_close_race");
+}
+
+TEST(select_pselect_and_ppoll_park_the_task_with_select_semantics)
+{
+	run_child("child_select");
 }
