@@ -525,7 +525,11 @@ void poll_interrupt(void)
 void poll_forget(int fd)
 {
 	struct fdesc *d = fdesc_of(fd, false);
-	if (!d)
+	/* Nothing to forget about an fd weft never managed (every close() under the shim comes
+	 * here, from any code: a sanitizer's symbolizer closing its files in the middle of a
+	 * report must not touch weft's state). Registration and waiting need poll_manage. */
+	if (!d || (!atomic_load_explicit(&d->registered, memory_order_relaxed) &&
+		   atomic_load_explicit(&d->user_nonblock, memory_order_relaxed) == -1))
 		return;
 	spin_lock(&d->lock);
 	if (atomic_load_explicit(&d->registered, memory_order_relaxed))

@@ -6,7 +6,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -800,78 +799,57 @@ TEST(child_poll_close_race)
 
 /* ---- the tests: run a child with the shim preloaded --------------------------------------- */
 
-static void run_child(const char *name)
-{
-	char self[512], dir[512], cmd[2048], err[4096];
-	snprintf(self, sizeof self, "%s", test_argv0);
-	snprintf(dir, sizeof dir, "%s", test_argv0);
-	const char *runner = getenv("RUNNER");
-	/* qemu-user takes the guest's environment with -E; ASan must be told that a preloaded
-	 * library comes before it */
-	if (runner && *runner)
-		snprintf(cmd, sizeof cmd, "-E LD_PRELOAD=%s/../libweft-shim.so %s %s", dirname(dir),
-			 self, name);
-	else
-		snprintf(cmd, sizeof cmd,
-			 "env LD_PRELOAD=%s/../libweft-shim.so ASAN_OPTIONS=verify_asan_link_order=0 %s %s",
-			 dirname(dir), self, name);
-	int st = test_spawn(cmd, err, sizeof err);
-	if (st != 0)
-		fprintf(stderr, "child %s: status %d\n%s", name, st, err);
-	CHECK_EQ(st, 0);
-}
-
 TEST(usleep_in_tasks_runs_concurrently)
 {
-	run_child("child_usleep");
+	test_run_shimmed("child_usleep");
 }
 
 TEST(blocking_reads_park_only_their_task)
 {
-	run_child("child_blocking_reads");
+	test_run_shimmed("child_blocking_reads");
 }
 
 TEST(libc_semantics_kept_inside_and_outside_tasks)
 {
-	run_child("child_libc_semantics");
+	test_run_shimmed("child_libc_semantics");
 }
 
 TEST(tcp_reads_and_dontwait_keep_libc_semantics)
 {
-	run_child("child_tcp");
+	test_run_shimmed("child_tcp");
 }
 
 TEST(poll_for_reading_and_writing_returns_when_writable)
 {
-	run_child("child_poll_both_ways");
+	test_run_shimmed("child_poll_both_ways");
 }
 
 TEST(poll_on_several_fds_parks_the_task_not_a_pool_thread)
 {
-	run_child("child_poll_chain");
+	test_run_shimmed("child_poll_chain");
 }
 
 TEST(poll_on_several_fds_with_reads_busy_fds_and_errors)
 {
-	run_child("child_poll_reads");
+	test_run_shimmed("child_poll_reads");
 }
 
 TEST(poll_on_several_fds_stress_with_task_and_thread_writers)
 {
-	run_child("child_poll_stress");
+	test_run_shimmed("child_poll_stress");
 }
 
 TEST(poll_ended_by_cancel_timeout_close_and_libc_fallbacks)
 {
-	run_child("child_poll_ends");
+	test_run_shimmed("child_poll_ends");
 }
 
 TEST(poll_woken_by_a_close_leaves_the_fd_unregistered)
 {
-	run_child("child_poll_close_race");
+	test_run_shimmed("child_poll_close_race");
 }
 
 TEST(select_pselect_and_ppoll_park_the_task_with_select_semantics)
 {
-	run_child("child_select");
+	test_run_shimmed("child_select");
 }

@@ -2,7 +2,11 @@
 #define _GNU_SOURCE
 #include "test.h"
 
+#include <arpa/inet.h>
+#include <libgen.h>
+#include <netinet/in.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
 struct test {
@@ -104,4 +108,36 @@ int main(int argc, char **argv)
 		}
 	fprintf(stderr, "usage: %s --list | TEST\n", argv[0]);
 	return 2;
+}
+
+void test_run_shimmed(const char *name)
+{
+	char self[512], dir[512], cmd[2048], err[4096];
+	snprintf(self, sizeof self, "%s", test_argv0);
+	snprintf(dir, sizeof dir, "%s", test_argv0);
+	const char *runner = getenv("RUNNER");
+	/* qemu-user takes the guest's environment with -E; ASan must be told that a preloaded
+	 * library comes before it */
+	if (runner && *runner)
+		snprintf(cmd, sizeof cmd, "-E LD_PRELOAD=%s/../libweft-shim.so %s %s", dirname(dir),
+			 self, name);
+	else
+		snprintf(cmd, sizeof cmd,
+			 "env LD_PRELOAD=%s/../libweft-shim.so ASAN_OPTIONS=verify_asan_link_order=0 %s %s",
+			 dirname(dir), self, name);
+	int st = test_spawn(cmd, err, sizeof err);
+	if (st != 0)
+		fprintf(stderr, "child %s: status %d\n%s", name, st, err);
+	CHECK_EQ(st, 0);
+}
+
+int test_free_port(void)
+{
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof a;
+	CHECK(bind(s, (struct sockaddr *)&a, sizeof a) == 0);
+	CHECK(getsockname(s, (struct sockaddr *)&a, &len) == 0);
+	close(s);
+	return ntohs(a.sin_port);
 }

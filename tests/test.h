@@ -77,6 +77,14 @@ int test_stop(pid_t pid);
  * passes (a failing test ends with _exit and keeps it to look at). */
 const char *test_tmpdir(void);
 
+/* Run this binary's test `name` in a child process with libweft-shim.so (in the directory
+ * above the binary's) preloaded; fails the test when the child fails, showing its stderr. For
+ * programs linked to libweft.so, as the shim needs. */
+void test_run_shimmed(const char *name);
+
+/* A TCP port on 127.0.0.1 that was free a moment ago (for a server the test starts). */
+int test_free_port(void);
+
 /* argv[0] of the test binary, to re-run itself in a child process. */
 extern const char *test_argv0;
 #endif

@@ -325,17 +325,6 @@ typedef struct ident {
 	const char *user, *id;
 } ident;
 
-static int free_port(void)
-{
-	int s = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof a;
-	CHECK(s >= 0 && bind(s, (struct sockaddr *)&a, sizeof a) == 0);
-	CHECK(getsockname(s, (struct sockaddr *)&a, &len) == 0);
-	close(s);
-	return ntohs(a.sin_port);
-}
-
 static bool port_open(int port)
 {
 	int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -425,7 +414,7 @@ static void compare(const char *acl_name, const ident *ids, int nid, const char 
 				    ids[i].user), 0);
 	/* mosquitto started as root reads its files as the user mosquitto */
 	CHECK_EQ(sh("chmod 755 %s && chmod 644 %s/pw", dir, dir), 0);
-	int port = free_port(), open = free_port();
+	int port = test_free_port(), open = test_free_port();
 	char conf[700];
 	snprintf(conf, sizeof conf, "%s/mosquitto.conf", dir);
 	FILE *f = fopen(conf, "w");

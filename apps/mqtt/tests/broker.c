@@ -37,17 +37,6 @@ static int skip(void)
 	return 0;
 }
 
-static int free_port(void)
-{
-	int s = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof a;
-	CHECK(bind(s, (struct sockaddr *)&a, sizeof a) == 0);
-	CHECK(getsockname(s, (struct sockaddr *)&a, &len) == 0);
-	close(s);
-	return ntohs(a.sin_port);
-}
-
 static int dial(void)
 {
 	int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -76,7 +65,7 @@ static void start(const char *conf)
 {
 	char bin[PATH_MAX], file[64];
 	broker_path(bin, sizeof bin);
-	port = free_port();
+	port = test_free_port();
 	snprintf(errlog, sizeof errlog, "/tmp/weft-mqtt-test-%d.log", (int)getpid());
 	snprintf(file, sizeof file, "/tmp/weft-mqtt-test-%d.conf", (int)getpid());
 	if (conf) {

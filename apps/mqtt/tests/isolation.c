@@ -84,17 +84,6 @@ static int64_t now_ns(void)
 
 /* ---- the broker ---------------------------------------------------------------------------- */
 
-static int free_port(void)
-{
-	int s = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof a;
-	CHECK(bind(s, (struct sockaddr *)&a, sizeof a) == 0);
-	CHECK(getsockname(s, (struct sockaddr *)&a, &len) == 0);
-	close(s);
-	return ntohs(a.sin_port);
-}
-
 /* A connected socket to the broker (rcvbuf > 0: that receive buffer, set before connecting). */
 static int dial(int rcvbuf)
 {
@@ -127,7 +116,7 @@ static void start_broker(const char *conf)
 	snprintf(bin, sizeof bin, "%s/../bin/weft-mqtt", dirname(tmp));
 	if (getenv("ISO_BROKER")) /* another broker taking -p PORT (mosquitto), to compare */
 		snprintf(bin, sizeof bin, "%s", getenv("ISO_BROKER"));
-	port = free_port();
+	port = test_free_port();
 	snprintf(p, sizeof p, "%d", port);
 	snprintf(errlog, sizeof errlog, "/tmp/weft-mqtt-iso-%d.log", (int)getpid());
 	snprintf(cf, sizeof cf, "/tmp/weft-mqtt-iso-%d.conf", (int)getpid());
