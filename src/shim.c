@@ -330,17 +330,20 @@ int poll(struct pollfd *fds, nfds_t n, int timeout)
 	return task_poll(fds, n, timeout < 0 ? WEFT_FOREVER : deadline_in(0, timeout * 1000000LL));
 }
 
-/* With a signal mask to swap in for the wait, ppoll and pselect are the thread's business (a
- * worker's mask is not the task's to change): libc's, as are bad timeouts (libc says EINVAL). */
-static bool bad_ts(const struct timespec *ts)
+/* Whether ppoll or pselect goes straight to libc: outside a task; with a signal mask to swap in
+ * for the wait (a worker's mask is not the task's to change); with a timeout of zero (no wait)
+ * or a bad one (libc says EINVAL). */
+static bool for_libc(const struct timespec *ts, const sigset_t *mask)
 {
-	return ts && (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= 1000000000);
+	return !in_task() || mask ||
+	       (ts && (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= 1000000000 ||
+		       (!ts->tv_sec && !ts->tv_nsec)));
 }
 
 int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask)
 {
 	REAL(ppoll);
-	if (!in_task() || mask || bad_ts(ts) || (ts && !ts->tv_sec && !ts->tv_nsec))
+	if (for_libc(ts, mask))
 		return real_ppoll(fds, n, ts, mask);
 	return task_poll(fds, n, ts ? deadline_in(ts->tv_sec, ts->tv_nsec) : WEFT_FOREVER);
 }
@@ -409,8 +412,7 @@ int pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec *ts
 	    const sigset_t *mask)
 {
 	REAL(pselect);
-	if (!in_task() || mask || nfds < 0 || nfds > FD_SETSIZE || bad_ts(ts) ||
-	    (ts && !ts->tv_sec && !ts->tv_nsec))
+	if (for_libc(ts, mask) || nfds < 0 || nfds > FD_SETSIZE)
 		return real_pselect(nfds, r, w, e, ts, mask);
 	return task_select(nfds, r, w, e, ts ? deadline_in(ts->tv_sec, ts->tv_nsec) : WEFT_FOREVER);
 }

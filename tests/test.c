@@ -141,3 +141,13 @@ int test_free_port(void)
 	close(s);
 	return ntohs(a.sin_port);
 }
+
+bool test_port_open(int port)
+{
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	bool ok = connect(s, (struct sockaddr *)&a, sizeof a) == 0;
+	close(s);
+	return ok;
+}

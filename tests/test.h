@@ -8,6 +8,7 @@
 #define WEFT_TEST_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -84,6 +85,8 @@ void test_run_shimmed(const char *name);
 
 /* A TCP port on 127.0.0.1 that was free a moment ago (for a server the test starts). */
 int test_free_port(void);
+/* Whether something accepts connections on 127.0.0.1:port (a server the test started). */
+bool test_port_open(int port);
 
 /* argv[0] of the test binary, to re-run itself in a child process. */
 extern const char *test_argv0;

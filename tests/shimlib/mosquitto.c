@@ -133,16 +133,6 @@ TEST(child_clients)
 
 /* ---- the test: start the broker, run the clients in a child with the shim preloaded ----- */
 
-static bool listening(int p)
-{
-	int s = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)p),
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	bool ok = connect(s, (struct sockaddr *)&a, sizeof a) == 0;
-	close(s);
-	return ok;
-}
-
 TEST(libmosquitto_clients_in_tasks_share_one_worker)
 {
 	char dir[512], broker[600], ps[16];
@@ -156,9 +146,9 @@ TEST(libmosquitto_clients_in_tasks_share_one_worker)
 		execl(broker, broker, "-p", ps, (char *)NULL);
 		_exit(127);
 	}
-	for (int i = 0; i < 500 && !listening(p); i++)
+	for (int i = 0; i < 500 && !test_port_open(p); i++)
 		usleep(10000);
-	CHECK(listening(p));
+	CHECK(test_port_open(p));
 	setenv("SHIM_BROKER_PORT", ps, 1);
 	test_run_shimmed("child_clients");
 	CHECK_EQ(test_stop(pid), 0);

@@ -325,16 +325,6 @@ typedef struct ident {
 	const char *user, *id;
 } ident;
 
-static bool port_open(int port)
-{
-	int s = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	bool ok = connect(s, (struct sockaddr *)&a, sizeof a) == 0;
-	close(s);
-	return ok;
-}
-
 static bool have_mosquitto(void)
 {
 	const char *r = getenv("RUNNER");
@@ -430,9 +420,9 @@ static void compare(const char *acl_name, const ident *ids, int nid, const char 
 		       conf, (char *)NULL);
 		_exit(127);
 	}
-	for (int i = 0; i < 500 && !(port_open(port) && port_open(open)); i++)
+	for (int i = 0; i < 500 && !(test_port_open(port) && test_port_open(open)); i++)
 		usleep(10000);
-	CHECK(port_open(port) && port_open(open));
+	CHECK(test_port_open(port) && test_port_open(open));
 
 	/* writes: every identity publishes every topic (in parallel per identity) */
 	for (int i = 0; i < nid; i++) {
