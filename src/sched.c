@@ -269,6 +269,12 @@ __attribute__((noinline)) void sched_ready(weft_task *t)
 		return;
 	}
 	counter_inc(&w->wakes);
+	/* Only the owner puts a task in `next` (others only take it out), so an empty slot stays
+	 * empty until we fill it: a plain store, not the exchange a full one needs. */
+	if (!atomic_load_explicit(&w->next, memory_order_relaxed)) {
+		atomic_store_explicit(&w->next, t, memory_order_release);
+		return;
+	}
 	weft_task *old = atomic_exchange_explicit(&w->next, t, memory_order_acq_rel);
 	if (old) {
 		push_local(w, old);
@@ -1497,6 +1503,7 @@ int weft_run(int (*main_task)(void *), void *arg)
 	atomic_store(&S.ids, 1);
 	atomic_store(&foreign_wakes, 0);
 	stack_init(sizeof(weft_task));
+	wait_init();
 	int n = worker_count(affinity_init()), err = init_workers(n);
 	if (!err)
 		err = poll_init();

@@ -3,6 +3,10 @@
 #include "wait.h"
 
 #include <errno.h>
+#include <linux/membarrier.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "futex.h"
 #include "sched.h"
@@ -15,15 +19,50 @@ atomic_int wait_foreign_parked;
 
 static __thread struct wait thread_wait;
 
+/*
+ * Cancellation is a store-then-load race on both sides: weft_cancel stores `cancelled` and then
+ * tries to claim the wait (PARKED -> CLAIMED); a waiter stores PARKED and then, in wait_park,
+ * loads `cancelled`. One of the two must see the other, which takes a full barrier on each side.
+ * Every wait pays the waiter's (an exchange: a tenth of a channel hand-off), and cancels are
+ * rare, so with membarrier(2) the canceller pays for both: the waiter's store is a plain one
+ * kept in program order, and a cancel that finds no parked wait to claim runs
+ * MEMBARRIER_CMD_PRIVATE_EXPEDITED, which passes every running thread of the process through a
+ * full barrier, before trying again. Either the waiter's PARKED was visible by then (the second
+ * try claims it) or its load of `cancelled` comes after (it sees the cancel). A cancel that
+ * finds the wait parked, the common case (a task blocked in a call), needs neither. Where
+ * membarrier is missing (old kernels, seccomp), the waiter's exchange stays.
+ */
+static atomic_bool asym_fence; /* set once, before the first task exists */
+
+static int membarrier(int cmd)
+{
+	return (int)syscall(SYS_membarrier, cmd, 0, 0);
+}
+
+static void asym_init(void)
+{
+	atomic_store_explicit(&asym_fence, membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0,
+			      memory_order_relaxed);
+}
+
+void wait_init(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, asym_init);
+}
+
 static struct wait *arm(uint32_t state, const char *reason, const void *object)
 {
 	struct worker *w = worker_self();
 	struct wait *wt = w && w->cur ? &w->cur->wait : &thread_wait;
 	atomic_store_explicit(&wt->reason, reason, memory_order_relaxed);
 	atomic_store_explicit(&wt->object, object, memory_order_relaxed);
-	/* A full barrier: weft_cancel stores `cancelled` then tries to claim; wait_park checks
-	 * `cancelled` after this store. One of the two sees the other. */
-	atomic_exchange_explicit(&wt->state, state, memory_order_seq_cst);
+	if (atomic_load_explicit(&asym_fence, memory_order_relaxed)) {
+		atomic_store_explicit(&wt->state, state, memory_order_relaxed);
+		atomic_signal_fence(memory_order_seq_cst); /* before wait_park's load of cancelled */
+	} else {
+		atomic_exchange_explicit(&wt->state, state, memory_order_seq_cst);
+	}
 	return wt;
 }
 
@@ -159,11 +198,22 @@ void wait_finish_on(struct wait *w, int result, int home)
 	sched_ready_on(t, home);
 }
 
-void wait_cancel(weft_task *t)
+static bool cancel_parked(weft_task *t)
 {
 	uint32_t expect = WAIT_PARKED;
-	if (atomic_compare_exchange_strong(&t->wait.state, &expect, WAIT_CLAIMED))
-		wait_finish(&t->wait, -ECANCELED);
+	if (!atomic_compare_exchange_strong(&t->wait.state, &expect, WAIT_CLAIMED))
+		return false;
+	wait_finish(&t->wait, -ECANCELED);
+	return true;
+}
+
+/* After weft_cancel has stored `cancelled` (see asym_fence above). */
+void wait_cancel(weft_task *t)
+{
+	if (cancel_parked(t) || !atomic_load_explicit(&asym_fence, memory_order_relaxed))
+		return;
+	membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
+	cancel_parked(t);
 }
 
 /* Deadlines: the timer is the task's own (task.h). */

@@ -228,6 +228,72 @@ TEST(cancel_races_with_deadlines)
 	RUN(cancel_races);
 }
 
+/*
+ * A cancel that lands while its target is just starting to wait, from a thread on the other
+ * core: the canceller's store and the waiter's store each come just before the other's load
+ * (wait.c, asym_fence), so a cancel lost in that window would show as a sleep that ran out.
+ * Each round the target says it has started, then each side spins a random few hundred cycles,
+ * to sweep the cancel across the start of the wait. One worker: with two, the spinning
+ * canceller makes three threads want two cores, and a worker the kernel preempts holds its
+ * queue for a time slice.
+ */
+static weft_task *_Atomic race_started;
+static atomic_int race_lost, race_cancels;
+
+static void spin_for(unsigned n)
+{
+	for (volatile unsigned i = 0; i < n; i++)
+		;
+}
+
+static void wait_to_be_cancelled(void *arg)
+{
+	atomic_store(&race_started, weft_self());
+	spin_for((unsigned)(uintptr_t)arg);
+	if (weft_sleep_until(weft_now() + 2000 * MS) != -ECANCELED)
+		atomic_fetch_add(&race_lost, 1);
+}
+
+static void *race_canceller(void *arg)
+{
+	int rounds = *(int *)arg;
+	unsigned seed = 7;
+	for (int i = 0; i < rounds; i++) {
+		weft_task *t;
+		while (!(t = atomic_exchange(&race_started, NULL)))
+			;
+		spin_for(rand_r(&seed) % 400);
+		CHECK_EQ(weft_cancel(t), 0);
+		atomic_store(&race_cancels, i + 1); /* t may be joined now, not before */
+	}
+	return NULL;
+}
+
+static int cancel_as_the_wait_begins(void *arg)
+{
+	(void)arg;
+	int rounds = SLOW ? 2000 : 20000;
+	unsigned seed = 11;
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, race_canceller, &rounds), 0);
+	for (int i = 0; i < rounds; i++) {
+		weft_task *t = weft_spawn(wait_to_be_cancelled, (void *)(uintptr_t)(rand_r(&seed) % 400));
+		while (atomic_load(&race_cancels) <= i)
+			weft_yield();
+		CHECK_EQ(weft_join(t), 0);
+	}
+	CHECK_EQ(pthread_join(th, NULL), 0);
+	CHECK_EQ(atomic_load(&race_lost), 0);
+	return 0;
+}
+
+TEST(cancel_as_the_wait_begins_is_never_lost)
+{
+	setenv("WEFT_WORKERS", "1", 1);
+	RUN(cancel_as_the_wait_begins);
+	unsetenv("WEFT_WORKERS");
+}
+
 /* Plain threads: join a task, cancel a sleeping task, sleep. */
 static void *thread_joins(void *arg)
 {
