@@ -102,11 +102,9 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <linux/membarrier.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
+#include "asym.h"
 #include "sched.h"
 #include "syncq.h"
 #include "wait.h"
@@ -145,11 +143,7 @@ static enum { FENCED_RELEASE, FAST_RELEASE, REORDERED_RELEASE } release;
 __attribute__((constructor)) static void release_init(void)
 {
 	const char *e = getenv("WEFT_MUTEX_FAST_RELEASE");
-	if (e && strcmp(e, "0") == 0)
-		return;
-	long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
-	if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) ||
-	    syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) != 0)
+	if ((e && strcmp(e, "0") == 0) || !asym_on())
 		return;
 	release = e && strcmp(e, "reordered") == 0 ? REORDERED_RELEASE : FAST_RELEASE;
 }
@@ -182,7 +176,7 @@ static __attribute__((noinline)) bool heavy_barrier(void)
 	}
 	if (release == REORDERED_RELEASE)
 		model_drain();
-	return syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
+	return asym_heavy();
 }
 
 int mutex_release_kind(void)

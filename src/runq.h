@@ -1,7 +1,9 @@
 /*
  * runq.h - a worker's local run queue: a bounded ring, as in Go's runtime (proc.go runqput,
  * runqget, runqgrab). Only the owner pushes (at tail); the owner and thieves take from head
- * with a CAS, so stealing needs no lock. A full ring spills half of itself to the global queue.
+ * with a CAS, so stealing needs no lock; while no thief is at it, the owner takes without one
+ * (runq_pop_alone; see own_begin in sched.c). A full ring spills half of itself to the global
+ * queue.
  */
 #ifndef WEFT_RUNQ_H
 #define WEFT_RUNQ_H
@@ -53,6 +55,17 @@ static inline weft_task *runq_pop(struct runq *q)
 							  memory_order_acquire))
 			return task;
 	}
+}
+
+/* Owner only, while no thief can take from q (sched.c, own_begin): runq_pop without the CAS. */
+static inline weft_task *runq_pop_alone(struct runq *q)
+{
+	uint32_t h = atomic_load_explicit(&q->head, memory_order_relaxed);
+	if (atomic_load_explicit(&q->tail, memory_order_relaxed) == h)
+		return 0;
+	weft_task *task = atomic_load_explicit(&q->ring[h % RUNQ_SIZE], memory_order_relaxed);
+	atomic_store_explicit(&q->head, h + 1, memory_order_release);
+	return task;
 }
 
 /* Take up to half of q (at most max) into out[]; returns the count. */

@@ -50,6 +50,7 @@
 #include "sanitizer.h"
 #include "trace.h"
 #include "waitstat.h"
+#include "asym.h"
 #include "wait.h"
 #include "weft.h"
 
@@ -255,6 +256,89 @@ static void wake_idle(void)
 
 static _Atomic int64_t foreign_wakes; /* tasks woken by plain threads */
 
+/*
+ * A worker takes from the head of its own ring and from its `next` slot at every switch, and
+ * thieves take from the same places a few hundred times a second: each of the worker's takes
+ * is a CAS or an exchange only to exclude them, half the cost of a yield. So the worker and
+ * its thieves play Dekker's game with asymmetric fences (asym.h): the worker sets in_own and
+ * then looks at `thieves`; a thief counts itself in `thieves`, runs asym_heavy and then waits
+ * for in_own to clear. A worker that finds no thief works alone, with plain loads and stores,
+ * until it clears in_own; one that finds a thief uses the atomic operations, as every worker
+ * does where membarrier is missing. A worker preempted while alone could keep a thief waiting:
+ * after THIEF_PATIENCE looks the thief gives up and tries elsewhere (as it does when membarrier
+ * fails).
+ */
+#define THIEF_PATIENCE 1000
+
+static inline void own_end(struct worker *w)
+{
+	atomic_store_explicit(&w->in_own, 0, memory_order_release);
+}
+
+static inline bool own_begin(struct worker *w)
+{
+	if (!asym_on())
+		return false;
+	atomic_store_explicit(&w->in_own, 1, memory_order_relaxed);
+	asym_light();
+	if (!atomic_load_explicit(&w->thieves, memory_order_acquire))
+		return true;
+	own_end(w);
+	return false;
+}
+
+static void thief_end(struct worker *v)
+{
+	if (asym_on())
+		atomic_fetch_sub_explicit(&v->thieves, 1, memory_order_release);
+}
+
+static bool thief_begin(struct worker *v)
+{
+	if (!asym_on())
+		return true;
+	atomic_fetch_add(&v->thieves, 1);
+	bool fenced = asym_heavy();
+	for (int i = 0; !fenced || atomic_load_explicit(&v->in_own, memory_order_acquire); i++) {
+		if (!fenced || i == THIEF_PATIENCE) {
+			thief_end(v);
+			return false;
+		}
+		cpu_relax();
+	}
+	return true;
+}
+
+/* The owner takes its `next` task; `alone`: from own_begin. */
+static inline weft_task *next_take(struct worker *w, bool alone)
+{
+	weft_task *t = atomic_load_explicit(&w->next, memory_order_relaxed);
+	if (!t)
+		return NULL;
+	if (!alone)
+		return atomic_exchange_explicit(&w->next, NULL, memory_order_acq_rel);
+	atomic_store_explicit(&w->next, NULL, memory_order_relaxed);
+	return t;
+}
+
+/* The owner puts t in `next`, returning the task it displaces. */
+static inline weft_task *next_put(struct worker *w, weft_task *t)
+{
+	/* Only the owner puts a task in `next` (thieves only take it out), so an empty slot stays
+	 * empty until we fill it: a plain store. */
+	weft_task *old = atomic_load_explicit(&w->next, memory_order_relaxed);
+	if (!old) {
+		atomic_store_explicit(&w->next, t, memory_order_release);
+		return NULL;
+	}
+	if (!own_begin(w))
+		return atomic_exchange_explicit(&w->next, t, memory_order_acq_rel);
+	old = atomic_load_explicit(&w->next, memory_order_relaxed); /* a thief may have taken it */
+	atomic_store_explicit(&w->next, t, memory_order_release);
+	own_end(w);
+	return old;
+}
+
 /* noinline: gcc refuses its fence under TSan once it is inlined (into sched_ready_on); the
  * other callers are in other files anyway. */
 __attribute__((noinline)) void sched_ready(weft_task *t)
@@ -269,13 +353,7 @@ __attribute__((noinline)) void sched_ready(weft_task *t)
 		return;
 	}
 	counter_inc(&w->wakes);
-	/* Only the owner puts a task in `next` (others only take it out), so an empty slot stays
-	 * empty until we fill it: a plain store, not the exchange a full one needs. */
-	if (!atomic_load_explicit(&w->next, memory_order_relaxed)) {
-		atomic_store_explicit(&w->next, t, memory_order_release);
-		return;
-	}
-	weft_task *old = atomic_exchange_explicit(&w->next, t, memory_order_acq_rel);
+	weft_task *old = next_put(w, t);
 	if (old) {
 		push_local(w, old);
 		wake_idle();
@@ -546,17 +624,18 @@ static inline __attribute__((always_inline)) weft_task *pick(struct worker *w)
 		if ((t = global_pop(w)))
 			return t;
 	}
-	if (w->next_streak < NEXT_STREAK && atomic_load_explicit(&w->next, memory_order_relaxed) &&
-	    (t = atomic_exchange_explicit(&w->next, NULL, memory_order_acq_rel))) {
+	bool alone = own_begin(w);
+	if (w->next_streak < NEXT_STREAK && (t = next_take(w, alone))) {
 		w->next_streak++;
-		return t;
+	} else {
+		w->next_streak = 0;
+		t = alone ? runq_pop_alone(&w->q) : runq_pop(&w->q);
+		if (!t)
+			t = next_take(w, alone);
 	}
-	w->next_streak = 0;
-	if ((t = runq_pop(&w->q)))
-		return t;
-	if (atomic_load_explicit(&w->next, memory_order_relaxed))
-		return atomic_exchange_explicit(&w->next, NULL, memory_order_acq_rel);
-	return NULL;
+	if (alone)
+		own_end(w);
+	return t;
 }
 
 void sched_park(void)
@@ -715,7 +794,14 @@ static weft_task *steal(struct worker *w, bool take_next)
 			}
 			if (inbox_drain(w, v))
 				return pick(w);
+			bool next_too = take_next && round == STEAL_ROUNDS - 1;
+			if (!runq_len(&v->q) && !(next_too && atomic_load(&v->next)))
+				continue;
+			if (!thief_begin(v))
+				continue;
 			uint32_t got = runq_grab(&v->q, batch, RUNQ_SIZE / 2);
+			weft_task *t = !got && next_too ? atomic_exchange(&v->next, NULL) : NULL;
+			thief_end(v);
 			if (got) {
 				counter_inc(&w->steals);
 				trace_steal(v->id, got);
@@ -724,9 +810,7 @@ static weft_task *steal(struct worker *w, bool take_next)
 					push_local(w, batch[k]);
 				return batch[0];
 			}
-			weft_task *t;
-			if (take_next && round == STEAL_ROUNDS - 1 && atomic_load(&v->next) &&
-			    (t = atomic_exchange(&v->next, NULL)))
+			if (t)
 				return t;
 		}
 	}
@@ -1503,7 +1587,6 @@ int weft_run(int (*main_task)(void *), void *arg)
 	atomic_store(&S.ids, 1);
 	atomic_store(&foreign_wakes, 0);
 	stack_init(sizeof(weft_task));
-	wait_init();
 	int n = worker_count(affinity_init()), err = init_workers(n);
 	if (!err)
 		err = poll_init();

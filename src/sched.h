@@ -27,6 +27,8 @@ struct worker {
 	_Atomic uint32_t tick;        /* switches so far: paces periodic checks; the monitor
 				       * reads it to tell a stuck worker */
 	uint32_t next_streak;         /* consecutive runs from `next`, bounded for fairness */
+	_Atomic uint32_t in_own;      /* the owner works on q's head and `next` alone (sched.c) */
+	_Atomic uint32_t thieves;     /* thieves working on them: the owner must not be alone */
 	uint32_t rng;
 	bool spinning;                /* looking for work to steal (counted in nspinning) */
 	int64_t spin_ns;              /* how long it looks before sleeping (worker_loop) */

@@ -3,11 +3,8 @@
 #include "wait.h"
 
 #include <errno.h>
-#include <linux/membarrier.h>
-#include <pthread.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
+#include "asym.h"
 #include "futex.h"
 #include "sched.h"
 #include "task.h"
@@ -22,44 +19,21 @@ static __thread struct wait thread_wait;
 /*
  * Cancellation is a store-then-load race on both sides: weft_cancel stores `cancelled` and then
  * tries to claim the wait (PARKED -> CLAIMED); a waiter stores PARKED and then, in wait_park,
- * loads `cancelled`. One of the two must see the other, which takes a full barrier on each side.
- * Every wait pays the waiter's (an exchange: a tenth of a channel hand-off), and cancels are
- * rare, so with membarrier(2) the canceller pays for both: the waiter's store is a plain one
- * kept in program order, and a cancel that finds no parked wait to claim runs
- * MEMBARRIER_CMD_PRIVATE_EXPEDITED, which passes every running thread of the process through a
- * full barrier, before trying again. Either the waiter's PARKED was visible by then (the second
- * try claims it) or its load of `cancelled` comes after (it sees the cancel). A cancel that
- * finds the wait parked, the common case (a task blocked in a call), needs neither. Where
- * membarrier is missing (old kernels, seccomp), the waiter's exchange stays.
+ * loads `cancelled`. Every wait takes part and cancels are rare, so the canceller pays for the
+ * fence (asym.h): a cancel that finds no parked wait to claim runs asym_heavy and tries again.
+ * Either the waiter's PARKED was visible by then (the second try claims it) or its load of
+ * `cancelled` comes after (it sees the cancel). A cancel that finds the wait parked, the common
+ * case (a task blocked in a call), needs no fence at all.
  */
-static atomic_bool asym_fence; /* set once, before the first task exists */
-
-static int membarrier(int cmd)
-{
-	return (int)syscall(SYS_membarrier, cmd, 0, 0);
-}
-
-static void asym_init(void)
-{
-	atomic_store_explicit(&asym_fence, membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0,
-			      memory_order_relaxed);
-}
-
-void wait_init(void)
-{
-	static pthread_once_t once = PTHREAD_ONCE_INIT;
-	pthread_once(&once, asym_init);
-}
-
 static struct wait *arm(uint32_t state, const char *reason, const void *object)
 {
 	struct worker *w = worker_self();
 	struct wait *wt = w && w->cur ? &w->cur->wait : &thread_wait;
 	atomic_store_explicit(&wt->reason, reason, memory_order_relaxed);
 	atomic_store_explicit(&wt->object, object, memory_order_relaxed);
-	if (atomic_load_explicit(&asym_fence, memory_order_relaxed)) {
+	if (asym_on()) {
 		atomic_store_explicit(&wt->state, state, memory_order_relaxed);
-		atomic_signal_fence(memory_order_seq_cst); /* before wait_park's load of cancelled */
+		asym_light(); /* before wait_park's load of cancelled */
 	} else {
 		atomic_exchange_explicit(&wt->state, state, memory_order_seq_cst);
 	}
@@ -207,12 +181,13 @@ static bool cancel_parked(weft_task *t)
 	return true;
 }
 
-/* After weft_cancel has stored `cancelled` (see asym_fence above). */
+/* After weft_cancel has stored `cancelled` (see arm above). */
 void wait_cancel(weft_task *t)
 {
-	if (cancel_parked(t) || !atomic_load_explicit(&asym_fence, memory_order_relaxed))
+	if (cancel_parked(t) || !asym_on())
 		return;
-	membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
+	while (!asym_heavy()) /* -ENOMEM: the waiter's store may still be unseen */
+		sched_yield();
 	cancel_parked(t);
 }
 

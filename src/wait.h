@@ -85,9 +85,6 @@ static inline bool wait_wake(struct wait *w, int result)
 /* Cancel t's current wait, if it has one that may be cancelled (weft_cancel). */
 void wait_cancel(weft_task *t);
 
-/* Once per process, before the first wait: chooses how cancellation is fenced (wait.c). */
-void wait_init(void);
-
 /* Expire the deadlines due in h: their tasks resume with -ETIMEDOUT. Returns how many. With
  * `try`, does nothing when another worker holds h's lock (timer_expire). */
 struct timer_wheel;
