@@ -44,13 +44,13 @@
 #include <unistd.h>
 
 #include "affinity.h"
+#include "asym.h"
 #include "blocking.h"
 #include "futex.h"
 #include "poll.h"
 #include "sanitizer.h"
 #include "trace.h"
 #include "waitstat.h"
-#include "asym.h"
 #include "wait.h"
 #include "weft.h"
 
@@ -298,15 +298,14 @@ static bool thief_begin(struct worker *v)
 	if (!asym_on())
 		return true;
 	atomic_fetch_add(&v->thieves, 1);
-	bool fenced = asym_heavy();
-	for (int i = 0; !fenced || atomic_load_explicit(&v->in_own, memory_order_acquire); i++) {
-		if (!fenced || i == THIEF_PATIENCE) {
-			thief_end(v);
-			return false;
+	if (asym_heavy())
+		for (int i = 0; i < THIEF_PATIENCE; i++) {
+			if (!atomic_load_explicit(&v->in_own, memory_order_acquire))
+				return true;
+			cpu_relax();
 		}
-		cpu_relax();
-	}
-	return true;
+	thief_end(v);
+	return false;
 }
 
 /* The owner takes its `next` task; `alone`: from own_begin. */
