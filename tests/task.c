@@ -231,7 +231,7 @@ TEST(cancel_races_with_deadlines)
 /*
  * A cancel that lands while its target is just starting to wait, from a thread on the other
  * core: the canceller's store and the waiter's store each come just before the other's load
- * (wait.c, asym_fence), so a cancel lost in that window would show as a sleep that ran out.
+ * (wait.c, asym.h), so a cancel lost in that window would show as a sleep that ran out.
  * Each round the target says it has started, then each side spins a random few hundred cycles,
  * to sweep the cancel across the start of the wait. One worker: with two, the spinning
  * canceller makes three threads want two cores, and a worker the kernel preempts holds its
@@ -240,7 +240,7 @@ TEST(cancel_races_with_deadlines)
 static weft_task *_Atomic race_started;
 static atomic_int race_lost, race_cancels;
 
-static void spin_for(unsigned n)
+static void spin_loops(unsigned n)
 {
 	for (volatile unsigned i = 0; i < n; i++)
 		;
@@ -249,7 +249,7 @@ static void spin_for(unsigned n)
 static void wait_to_be_cancelled(void *arg)
 {
 	atomic_store(&race_started, weft_self());
-	spin_for((unsigned)(uintptr_t)arg);
+	spin_loops((unsigned)(uintptr_t)arg);
 	if (weft_sleep_until(weft_now() + 2000 * MS) != -ECANCELED)
 		atomic_fetch_add(&race_lost, 1);
 }
@@ -262,7 +262,7 @@ static void *race_canceller(void *arg)
 		weft_task *t;
 		while (!(t = atomic_exchange(&race_started, NULL)))
 			;
-		spin_for(rand_r(&seed) % 400);
+		spin_loops(rand_r(&seed) % 400);
 		CHECK_EQ(weft_cancel(t), 0);
 		atomic_store(&race_cancels, i + 1); /* t may be joined now, not before */
 	}
