@@ -67,6 +67,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "asym.h"
 #include "chan.h"
 #include "futex.h"
 #include "sched.h"
@@ -105,23 +106,30 @@ struct seg {
  * (and, when unbounded, the segment pointers, which change once per segment). Across cores
  * each operation then moves one header line, plus the slot it touches. */
 struct weft_chan {
-	_Atomic uint32_t lock;  /* see chan_lock */
+	_Atomic uint32_t lock;   /* see chan_lock */
 	bool closed;
-	bool unbounded;
+	bool by_bias;            /* the holder took it through the bias: chan_unlock's token */
+	uint8_t streak;          /* how far `cand` leads the other lockers (see bias_after_lock) */
 	size_t count;            /* packets buffered */
 	size_t head, tail;       /* next slot to read, to write (within the segment if unbounded) */
 	struct waitq sendq, recvq;
 	alignas(64) char *slots; /* bounded: the ring */
-	struct seg *hseg, *tseg, *spare; /* unbounded: read, write and spare segments */
-	size_t nspare;
 	size_t cap;              /* slots: capacity, or slots per segment when unbounded */
 	size_t psize;            /* packet_size */
 	size_t stride;           /* bytes per slot: the length word, then the packet */
+	bool unbounded;
+	_Atomic int bias;        /* 1 + the id of the worker whose tasks lock without atomics, or 0 */
+	struct seg *hseg, *tseg; /* unbounded: the segments read and written */
+	struct seg *spare;       /* unbounded: drained segments kept for reuse */
+	size_t nspare;
+	int cand;                /* the next owner (as `bias`), once it leads by BIAS_STREAK */
+	int64_t granted_at, regrant_at, backoff; /* coarse times of the bias (see bias_revoke) */
 	char name[32];           /* for dumps (weft_chan_set_name) */
 	_Atomic int64_t hot_at;  /* coarse time its lock was last found taken: see wake() */
 };
 
 _Static_assert(offsetof(struct weft_chan, slots) == 64, "the hot fields fill one line");
+_Static_assert(offsetof(struct weft_chan, tseg) < 128, "what every operation reads: one line");
 
 #define HDR sizeof(size_t)
 
@@ -156,10 +164,10 @@ static inline bool tasks_fight(uint32_t held)
 }
 
 /* Tasks on several cores are using c: it becomes hot, its home the worker the scheduler
- * gathers contended channels on (sched_gather_worker). */
-static void note_contention(weft_chan *c)
+ * gathers contended channels on (sched_gather_worker), or `home` after a quiet spell. */
+static void note_contention(weft_chan *c, int home)
 {
-	sched_note_contention(weft_worker_id());
+	sched_note_contention(home);
 	int64_t now = atomic_load_explicit(&sched_coarse_now, memory_order_relaxed);
 	if (atomic_load_explicit(&c->hot_at, memory_order_relaxed) != now)
 		atomic_store_explicit(&c->hot_at, now, memory_order_relaxed);
@@ -196,7 +204,7 @@ static void lock_wait(_Atomic uint32_t *l)
 static __attribute__((noinline)) void lock_slow(weft_chan *c, uint32_t held, bool may_move)
 {
 	if (tasks_fight(held)) {
-		note_contention(c);
+		note_contention(c, weft_worker_id());
 		if (may_move)
 			sched_move(sched_gather_worker());
 	}
@@ -212,18 +220,191 @@ static inline uint32_t try_lock(_Atomic uint32_t *l)
 	return seen;
 }
 
-/* may_move: see lock_slow. */
-static inline void chan_lock(weft_chan *c, bool may_move)
+/* ---- the bias ----------------------------------------------------------------------------
+ * The lock word costs two atomic read-modify-writes per operation (the CAS that takes it, the
+ * exchange that drops it), most of an operation's time when the channel's tasks run on one
+ * worker, as contended channels do once gathered (10^6 packets at capacity 1 on one worker:
+ * 34 ms with them, 22 without). So a channel locked over and over from one worker is biased
+ * to it, as JVMs bias a monitor to a thread: that worker's tasks then take and drop the lock
+ * with plain stores, and everyone else pays for it, with an asymmetric fence (asym.h).
+ *
+ * Dekker's game again. The owner says which channel it is entering in its own slot of
+ * bias_in, then looks at the lock word (bias_enter); any other locker takes the lock word as
+ * usual, then runs asym_heavy and waits until the owner's slot no longer names the channel
+ * (bias_revoke). One of the two sees the other. The slot is the worker's, not the channel's:
+ * a worker that read `bias` just before a revocation may write its slot long after it (its
+ * thread preempted in between), and a flag in the channel would then be cleared under the
+ * feet of the next owner. For the same reason the owner checks `bias` again after looking at
+ * the lock word: it would otherwise walk in beside a later locker, which no longer looks at
+ * its slot. A worker holds one channel at most through its bias: select takes the lock words.
+ *
+ * A locker from elsewhere revokes the bias at once: a fence costs a microsecond or two, so
+ * paying it at every operation from another worker or thread would cost far more than the
+ * bias saves. The bias comes back once one worker leads the others by BIAS_STREAK lockings (a
+ * majority vote in `cand` and `streak`, which writes only the line the lock already writes),
+ * and no sooner than `backoff` after the revocation; the backoff doubles each time a bias
+ * lasts less than BIAS_SHORT_NS, so a channel whose lockers keep alternating pays for a fence
+ * at most once per BIAS_BACKOFF_MAX_NS. */
+
+#define BIAS_STREAK 64
+#define BIAS_SHORT_NS 10000000      /* 10 ms */
+#define BIAS_BACKOFF_MIN_NS 1000000 /* 1 ms */
+#define BIAS_BACKOFF_MAX_NS 1000000000
+#define BIAS_WORKERS 256            /* workers with a higher id are never granted a bias */
+
+/* The channel each worker is entering or holds through its bias, a line each. Not in struct
+ * worker: a revoker may look at the slot of a worker long gone (a bias from an earlier
+ * weft_run). */
+static struct {
+	alignas(64) _Atomic(weft_chan *) c;
+} bias_in[BIAS_WORKERS];
+
+/* Set before main from WEFT_CHAN_BIAS: "0" turns the bias off; "eager" (tests/chan.c) grants
+ * it after two lockings, with no backoff, so that revocations race with owners all the time. */
+static enum chan_bias_mode bias_mode;
+static _Atomic long bias_revocations;
+
+__attribute__((constructor)) static void bias_init(void)
+{
+	const char *e = getenv("WEFT_CHAN_BIAS");
+	if (!asym_on() || (e && strcmp(e, "0") == 0))
+		bias_mode = CHAN_BIAS_OFF;
+	else
+		bias_mode = e && strcmp(e, "eager") == 0 ? CHAN_BIAS_EAGER : CHAN_BIAS_ON;
+}
+
+enum chan_bias_mode chan_bias_mode(void)
+{
+	return bias_mode;
+}
+
+long chan_bias_revocations(void)
+{
+	return atomic_load_explicit(&bias_revocations, memory_order_relaxed);
+}
+
+static inline int64_t coarse_now(void)
+{
+	return atomic_load_explicit(&sched_coarse_now, memory_order_relaxed);
+}
+
+/* The caller as a possible owner: 1 + its worker's id, or 0 (a plain thread, or a worker
+ * beyond BIAS_WORKERS). */
+static inline int bias_self(void)
+{
+	struct worker *w = worker_self();
+	return w && w->id < BIAS_WORKERS ? w->id + 1 : 0;
+}
+
+/* The owner's way in: true when it holds the lock (then unlocking clears its slot). */
+static inline bool bias_enter(weft_chan *c, int owner)
+{
+	if (bias_self() != owner)
+		return false;
+	_Atomic(weft_chan *) *slot = &bias_in[owner - 1].c;
+	atomic_store_explicit(slot, c, memory_order_relaxed);
+	asym_light();
+	if (atomic_load_explicit(&c->lock, memory_order_acquire) == 0 &&
+	    atomic_load_explicit(&c->bias, memory_order_relaxed) == owner) {
+		c->by_bias = true;
+		return true;
+	}
+	atomic_store_explicit(slot, NULL, memory_order_release);
+	return false;
+}
+
+/* A task on another worker wants c: tasks on two cores are using it, so it is contended, its
+ * home the owner's worker unless tasks already gather elsewhere. A task that may move goes to
+ * the gathering worker first, and takes the bias's way in if that is the owner's: moving costs
+ * less than the fence of a revocation. Returns true when it holds the lock. */
+static __attribute__((noinline)) bool bias_fight(weft_chan *c, int owner, bool may_move)
+{
+	if (!sched_on_a_worker() || bias_self() == owner)
+		return false;
+	note_contention(c, owner - 1);
+	if (!may_move)
+		return false;
+	sched_move(sched_gather_worker());
+	owner = atomic_load_explicit(&c->bias, memory_order_relaxed); /* as it is now */
+	return owner && bias_enter(c, owner);
+}
+
+/* Holding the lock word of a channel biased to another worker: wait until the owner is out,
+ * and take the bias away. */
+static __attribute__((noinline)) void bias_revoke(weft_chan *c, int owner)
+{
+	while (!asym_heavy()) /* -ENOMEM: the owner's slot may still be unseen */
+		sched_yield();
+	for (int i = 0; atomic_load_explicit(&bias_in[owner - 1].c, memory_order_acquire) == c; i++)
+		if (i < LOCK_SPINS)
+			cpu_relax();
+		else
+			sched_yield(); /* the owner's thread was preempted inside */
+	int64_t now = coarse_now();
+	bool short_lived = now - c->granted_at < BIAS_SHORT_NS;
+	c->backoff = short_lived && c->backoff ? c->backoff * 2 : BIAS_BACKOFF_MIN_NS;
+	if (c->backoff > BIAS_BACKOFF_MAX_NS)
+		c->backoff = BIAS_BACKOFF_MAX_NS;
+	c->regrant_at = bias_mode == CHAN_BIAS_EAGER ? 0 : now + c->backoff;
+	c->streak = 0;
+	atomic_store_explicit(&c->bias, 0, memory_order_relaxed);
+	atomic_fetch_add_explicit(&bias_revocations, 1, memory_order_relaxed);
+}
+
+/* Holding the lock word: revoke another worker's bias, or count a vote for our own. */
+static inline void bias_after_lock(weft_chan *c)
+{
+	int me = bias_self(), owner = atomic_load_explicit(&c->bias, memory_order_relaxed);
+	if (owner) {
+		if (owner != me)
+			bias_revoke(c, owner);
+		return;
+	}
+	if (!me || c->cand != me) { /* a vote against: plain threads are never granted a bias */
+		if (c->streak)
+			c->streak--;
+		else if (me)
+			c->cand = me;
+		return;
+	}
+	if (c->streak < (bias_mode == CHAN_BIAS_EAGER ? 1 : BIAS_STREAK)) {
+		c->streak++;
+		return;
+	}
+	if (bias_mode != CHAN_BIAS_OFF && coarse_now() >= c->regrant_at) {
+		c->granted_at = coarse_now();
+		atomic_store_explicit(&c->bias, me, memory_order_relaxed);
+	}
+}
+
+/* Take the lock word, whoever has the bias. */
+static inline void lock_word(weft_chan *c, bool may_move)
 {
 	uint32_t held = try_lock(&c->lock);
 	if (held)
 		lock_slow(c, held, may_move);
+	bias_after_lock(c);
 }
 
-static inline void chan_unlock(_Atomic uint32_t *l)
+/* may_move: see lock_slow. */
+static inline __attribute__((always_inline)) void chan_lock(weft_chan *c, bool may_move)
 {
-	if ((atomic_exchange_explicit(l, 0, memory_order_release) & LOCK_STATE) == LOCK_SLEEPERS)
-		futex_wake(l, 1);
+	int owner = atomic_load_explicit(&c->bias, memory_order_relaxed);
+	if (owner && (bias_enter(c, owner) || bias_fight(c, owner, may_move)))
+		return;
+	lock_word(c, may_move);
+}
+
+static inline void chan_unlock(weft_chan *c)
+{
+	if (c->by_bias) {
+		c->by_bias = false;
+		atomic_store_explicit(&bias_in[bias_self() - 1].c, NULL, memory_order_release);
+		return;
+	}
+	if ((atomic_exchange_explicit(&c->lock, 0, memory_order_release) & LOCK_STATE) ==
+	    LOCK_SLEEPERS)
+		futex_wake(&c->lock, 1);
 }
 
 /* ---- waiter queues ---------------------------------------------------------------------- */
@@ -302,7 +483,7 @@ static void leave(struct waiter *n, struct waitq *q)
 		unlink_node(q, n);
 		atomic_store_explicit(&n->queued, false, memory_order_relaxed);
 	}
-	chan_unlock(&n->c->lock);
+	chan_unlock(n->c);
 }
 
 /* ---- packet storage --------------------------------------------------------------------- */
@@ -495,7 +676,7 @@ static __attribute__((noinline)) int wait_for(weft_chan *c, bool send, const voi
 {
 	int r = may_wait(deadline);
 	if (r) {
-		chan_unlock(&c->lock);
+		chan_unlock(c);
 		return r;
 	}
 	struct waitq *q = send ? &c->sendq : &c->recvq;
@@ -507,7 +688,7 @@ static __attribute__((noinline)) int wait_for(weft_chan *c, bool send, const voi
 		me.dst = dst;
 	me.w = wait_begin(send ? "chan send" : "chan recv", c);
 	enqueue(q, &me);
-	chan_unlock(&c->lock);
+	chan_unlock(c);
 	r = wait_park(me.w, deadline);
 	if (r != 0 && r != -EPIPE)
 		leave(&me, q);
@@ -525,7 +706,7 @@ static int chan_send(weft_chan *c, const void *p, size_t len, int64_t deadline)
 	int r = send_now(c, p, len, &wk);
 	if (r == -EAGAIN)
 		return wait_for(c, true, p, NULL, len, deadline);
-	chan_unlock(&c->lock);
+	chan_unlock(c);
 	if (wk)
 		wake(c, wk, 0);
 	return r;
@@ -540,7 +721,7 @@ static int chan_recv(weft_chan *c, void *buf, size_t cap, int64_t deadline)
 	int r = recv_now(c, buf, cap, &wk);
 	if (r == -EAGAIN)
 		return wait_for(c, false, NULL, buf, cap, deadline);
-	chan_unlock(&c->lock);
+	chan_unlock(c);
 	if (wk)
 		wake(c, wk, 0);
 	return r;
@@ -743,7 +924,7 @@ void weft_chan_close(weft_chan *c)
 			woken = n;
 		}
 	}
-	chan_unlock(&c->lock);
+	chan_unlock(c);
 	while ((n = woken)) {
 		woken = n->next;
 		wake(c, n, -EPIPE);
@@ -764,7 +945,7 @@ void weft_chan_free(weft_chan *c)
 		return;
 	chan_lock(c, false);
 	size_t n = queue_len(&c->sendq) + queue_len(&c->recvq);
-	chan_unlock(&c->lock);
+	chan_unlock(c);
 	if (n) {
 		fprintf(stderr, "weft: weft_chan_free on a channel with %zu waiter%s\n", n,
 			n == 1 ? "" : "s");
@@ -794,7 +975,7 @@ size_t weft_chan_len(weft_chan *c)
 		return 0;
 	chan_lock(c, false);
 	size_t n = c->count;
-	chan_unlock(&c->lock);
+	chan_unlock(c);
 	return n;
 }
 
@@ -804,7 +985,7 @@ size_t weft_chan_waiting(weft_chan *c)
 		return 0;
 	chan_lock(c, false);
 	size_t n = queue_len(&c->sendq) + queue_len(&c->recvq);
-	chan_unlock(&c->lock);
+	chan_unlock(c);
 	return n;
 }
 
@@ -843,16 +1024,17 @@ static int lock_order(const weft_select_case *k, int n, weft_chan **order)
 	return m;
 }
 
+/* By the lock words: a worker holds one channel at most through its bias. */
 static void lock_all(weft_chan **order, int m)
 {
 	for (int i = 0; i < m; i++)
-		chan_lock(order[i], false);
+		lock_word(order[i], false);
 }
 
 static void unlock_all(weft_chan **order, int m)
 {
 	for (int i = m - 1; i >= 0; i--)
-		chan_unlock(&order[i]->lock);
+		chan_unlock(order[i]);
 }
 
 static int check_cases(const weft_select_case *k, int n)

@@ -8,6 +8,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "chan.h"
 #include "test.h"
@@ -1235,4 +1238,79 @@ static int bad_input(void *arg)
 TEST(bad_input_gets_errno)
 {
 	RUN(bad_input);
+}
+
+/* ---- the bias ----------------------------------------------------------------------------
+ * A channel locked over and over from one worker is biased to it (chan.c): that worker's tasks
+ * take its lock with plain stores, and a locker from elsewhere revokes the bias with a fence.
+ * The stress suites above run with the default bias, which revokes seldom (a backoff of a
+ * millisecond and more); here they run again in a child with WEFT_CHAN_BIAS=eager, where the
+ * bias is granted after two lockings and revocations race with owners all the time, and once
+ * with the bias off (the path where membarrier is missing). */
+
+static const struct {
+	const char *name;
+	void (*fn)(void);
+	bool revokes; /* lockers on several workers or threads: revocations must happen */
+} bias_cases[] = {
+	{ "mpmc_stress_capacity_0", mpmc_stress_capacity_0, true },
+	{ "mpmc_stress_capacity_1", mpmc_stress_capacity_1, true },
+	{ "mpmc_stress_capacity_7", mpmc_stress_capacity_7, true },
+	{ "mpmc_stress_unbounded", mpmc_stress_unbounded, true },
+	{ "select_stress_exactly_once", select_stress_exactly_once, false }, /* may gather */
+	{ "plain_threads_and_tasks_both_ways_capacity_0",
+	  plain_threads_and_tasks_both_ways_capacity_0, true },
+	{ "plain_threads_and_tasks_both_ways_capacity_1",
+	  plain_threads_and_tasks_both_ways_capacity_1, true },
+	/* its tasks gather on one worker: the bias with cancellation and leave() */
+	{ "cancel_mid_stress_capacity_1_loses_nothing",
+	  cancel_mid_stress_capacity_1_loses_nothing, false },
+};
+
+static bool have_membarrier(void)
+{
+	long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+	return cmds >= 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED);
+}
+
+/* Runs the case $CHAN_BIAS_CASE names, with the bias $WEFT_CHAN_BIAS asks for. */
+TEST(child_bias_case)
+{
+	const char *name = getenv("CHAN_BIAS_CASE"), *mode = getenv("WEFT_CHAN_BIAS");
+	bool eager = strcmp(mode, "eager") == 0 && have_membarrier();
+	CHECK_EQ(chan_bias_mode(), eager ? CHAN_BIAS_EAGER : CHAN_BIAS_OFF);
+	size_t i = 0;
+	while (i < sizeof bias_cases / sizeof *bias_cases && strcmp(bias_cases[i].name, name))
+		i++;
+	CHECK(i < sizeof bias_cases / sizeof *bias_cases);
+	bias_cases[i].fn();
+	fprintf(stderr, "%s: %ld revocations\n", name, chan_bias_revocations());
+	if (!eager)
+		CHECK_EQ(chan_bias_revocations(), 0);
+	else if (bias_cases[i].revokes) /* the suite did race owners against revokers */
+		CHECK(chan_bias_revocations() > 0);
+}
+
+static void bias_case(const char *mode, const char *name)
+{
+	char cmd[512], err[4096];
+	setenv("WEFT_CHAN_BIAS", mode, 1);
+	setenv("CHAN_BIAS_CASE", name, 1);
+	snprintf(cmd, sizeof cmd, "%s child_bias_case", test_argv0);
+	int st = test_spawn(cmd, err, sizeof err);
+	if (st != 0)
+		fprintf(stderr, "child %s: status %d, stderr:\n%s\n", name, st, err);
+	CHECK_EQ(st, 0);
+}
+
+TEST(stress_suites_with_an_eager_bias)
+{
+	for (size_t i = 0; i < sizeof bias_cases / sizeof *bias_cases; i++)
+		bias_case("eager", bias_cases[i].name);
+}
+
+TEST(stress_suites_with_the_bias_off)
+{
+	bias_case("0", "mpmc_stress_capacity_1");
+	bias_case("0", "plain_threads_and_tasks_both_ways_capacity_1");
 }
