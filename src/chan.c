@@ -108,7 +108,7 @@ struct seg {
 struct weft_chan {
 	_Atomic uint32_t lock;   /* see chan_lock */
 	bool closed;
-	bool by_bias;            /* the holder took it through the bias: chan_unlock's token */
+	uint8_t by_bias;         /* 1 + the id of the worker holding it through its bias, or 0 */
 	uint8_t streak;          /* how far `cand` leads the other lockers (see bias_after_lock) */
 	size_t count;            /* packets buffered */
 	size_t head, tail;       /* next slot to read, to write (within the segment if unbounded) */
@@ -250,7 +250,7 @@ static inline uint32_t try_lock(_Atomic uint32_t *l)
 #define BIAS_SHORT_NS 10000000      /* 10 ms */
 #define BIAS_BACKOFF_MIN_NS 1000000 /* 1 ms */
 #define BIAS_BACKOFF_MAX_NS 1000000000
-#define BIAS_WORKERS 256            /* workers with a higher id are never granted a bias */
+#define BIAS_WORKERS 255            /* workers from this id on are never granted a bias */
 
 /* The channel each worker is entering or holds through its bias, a line each. Not in struct
  * worker: a revoker may look at the slot of a worker long gone (a bias from an earlier
@@ -296,17 +296,15 @@ static inline int bias_self(void)
 	return w && w->id < BIAS_WORKERS ? w->id + 1 : 0;
 }
 
-/* The owner's way in: true when it holds the lock (then unlocking clears its slot). */
+/* The owner's way in (the caller is `owner`): true when it holds the lock. */
 static inline bool bias_enter(weft_chan *c, int owner)
 {
-	if (bias_self() != owner)
-		return false;
 	_Atomic(weft_chan *) *slot = &bias_in[owner - 1].c;
 	atomic_store_explicit(slot, c, memory_order_relaxed);
 	asym_light();
 	if (atomic_load_explicit(&c->lock, memory_order_acquire) == 0 &&
 	    atomic_load_explicit(&c->bias, memory_order_relaxed) == owner) {
-		c->by_bias = true;
+		c->by_bias = (uint8_t)owner;
 		return true;
 	}
 	atomic_store_explicit(slot, NULL, memory_order_release);
@@ -319,14 +317,14 @@ static inline bool bias_enter(weft_chan *c, int owner)
  * less than the fence of a revocation. Returns true when it holds the lock. */
 static __attribute__((noinline)) bool bias_fight(weft_chan *c, int owner, bool may_move)
 {
-	if (!sched_on_a_worker() || bias_self() == owner)
+	if (!sched_on_a_worker())
 		return false;
 	note_contention(c, owner - 1);
 	if (!may_move)
 		return false;
 	sched_move(sched_gather_worker());
 	owner = atomic_load_explicit(&c->bias, memory_order_relaxed); /* as it is now */
-	return owner && bias_enter(c, owner);
+	return owner && owner == bias_self() && bias_enter(c, owner);
 }
 
 /* Holding the lock word of a channel biased to another worker: wait until the owner is out,
@@ -390,16 +388,19 @@ static inline void lock_word(weft_chan *c, bool may_move)
 static inline __attribute__((always_inline)) void chan_lock(weft_chan *c, bool may_move)
 {
 	int owner = atomic_load_explicit(&c->bias, memory_order_relaxed);
-	if (owner && (bias_enter(c, owner) || bias_fight(c, owner, may_move)))
-		return;
+	if (owner) {
+		if (owner == bias_self() ? bias_enter(c, owner) : bias_fight(c, owner, may_move))
+			return;
+	}
 	lock_word(c, may_move);
 }
 
 static inline void chan_unlock(weft_chan *c)
 {
-	if (c->by_bias) {
-		c->by_bias = false;
-		atomic_store_explicit(&bias_in[bias_self() - 1].c, NULL, memory_order_release);
+	int owner = c->by_bias;
+	if (owner) {
+		c->by_bias = 0;
+		atomic_store_explicit(&bias_in[owner - 1].c, NULL, memory_order_release);
 		return;
 	}
 	if ((atomic_exchange_explicit(&c->lock, 0, memory_order_release) & LOCK_STATE) ==
