@@ -103,8 +103,9 @@ struct seg {
 };
 
 /* The first cache line holds everything an operation writes; the second what it only reads
- * (and, when unbounded, the segment pointers, which change once per segment). Across cores
- * each operation then moves one header line, plus the slot it touches. */
+ * (and, when unbounded, the segment pointers, which change once per segment, and `bias`, at
+ * each grant and revocation). Across cores each operation then moves one header line, plus the
+ * slot it touches. */
 struct weft_chan {
 	_Atomic uint32_t lock;   /* see chan_lock */
 	bool closed;
@@ -234,9 +235,10 @@ static inline uint32_t try_lock(_Atomic uint32_t *l)
  * (bias_revoke). One of the two sees the other. The slot is the worker's, not the channel's:
  * a worker that read `bias` just before a revocation may write its slot long after it (its
  * thread preempted in between), and a flag in the channel would then be cleared under the
- * feet of the next owner. For the same reason the owner checks `bias` again after looking at
- * the lock word: it would otherwise walk in beside a later locker, which no longer looks at
- * its slot. A worker holds one channel at most through its bias: select takes the lock words.
+ * feet of the next owner. And the owner checks `bias` again after looking at the lock word:
+ * one that read it before a revocation would otherwise walk in beside a later locker, which no
+ * longer looks at its slot. A worker holds one channel at most through its bias: select takes
+ * the lock words.
  *
  * A locker from elsewhere revokes the bias at once: a fence costs a microsecond or two, so
  * paying it at every operation from another worker or thread would cost far more than the
