@@ -321,7 +321,8 @@ static __attribute__((noinline)) bool bias_fight(weft_chan *c, int owner, bool m
 {
 	if (!sched_on_a_worker())
 		return false;
-	note_contention(c, owner - 1);
+	/* a bias left from an earlier weft_run may name a worker this one does not have */
+	note_contention(c, owner - 1 < weft_worker_max() ? owner - 1 : weft_worker_id());
 	if (!may_move)
 		return false;
 	sched_move(sched_gather_worker());

@@ -1314,3 +1314,44 @@ TEST(stress_suites_with_the_bias_off)
 	bias_case("0", "mpmc_stress_capacity_1");
 	bias_case("0", "plain_threads_and_tasks_both_ways_capacity_1");
 }
+
+/* A channel outlives weft_run, biased to a worker that is then gone: a plain thread takes the
+ * bias away (looking at that worker's slot), and a later weft_run with fewer workers uses the
+ * channel again. */
+static weft_chan *outlived;
+
+static void outlive_consumer(void *arg)
+{
+	(void)arg;
+	for (long i = 0, v; i < 10000; i++) {
+		CHECK_EQ(weft_chan_take(outlived, &v, sizeof v), sizeof v);
+		CHECK_EQ(v, i);
+	}
+}
+
+static int outlive_traffic(void *arg)
+{
+	(void)arg;
+	weft_task *t = weft_spawn(outlive_consumer, NULL);
+	CHECK(t);
+	for (long i = 0; i < 10000; i++)
+		CHECK_EQ(weft_chan_put(outlived, &i, sizeof i), 0);
+	CHECK_EQ(weft_join(t), 0);
+	return 0;
+}
+
+TEST(a_bias_outlives_its_weft_run)
+{
+	CHECK((outlived = weft_chan_new(1, sizeof(long))));
+	setenv("WEFT_WORKERS", "2", 1);
+	RUN(outlive_traffic);
+	long before = chan_bias_revocations(), v = 42;
+	CHECK_EQ(weft_chan_put(outlived, &v, sizeof v), 0);
+	CHECK_EQ(weft_chan_take(outlived, &v, sizeof v), sizeof v);
+	CHECK_EQ(v, 42);
+	if (chan_bias_mode() == CHAN_BIAS_ON) /* the put above took the bias away */
+		CHECK_EQ(chan_bias_revocations(), before + 1);
+	setenv("WEFT_WORKERS", "1", 1);
+	RUN(outlive_traffic);
+	weft_chan_free(outlived);
+}
