@@ -150,10 +150,14 @@ enum { LOCK_HELD = 1, LOCK_SLEEPERS = 2, LOCK_STATE = 3, LOCK_BY_THREAD = 4 };
 
 #define HOT_NS 2000000 /* a channel contended this recently is hot */
 
+static inline int64_t coarse_now(void)
+{
+	return atomic_load_explicit(&sched_coarse_now, memory_order_relaxed);
+}
+
 static bool hot(weft_chan *c)
 {
-	return atomic_load_explicit(&sched_coarse_now, memory_order_relaxed) -
-		       atomic_load_explicit(&c->hot_at, memory_order_relaxed) <= HOT_NS;
+	return coarse_now() - atomic_load_explicit(&c->hot_at, memory_order_relaxed) <= HOT_NS;
 }
 
 /* The caller found c's lock word `held`: is it a task, and does another task hold c (not a
@@ -169,7 +173,7 @@ static inline bool tasks_fight(uint32_t held)
 static void note_contention(weft_chan *c, int home)
 {
 	sched_note_contention(home);
-	int64_t now = atomic_load_explicit(&sched_coarse_now, memory_order_relaxed);
+	int64_t now = coarse_now();
 	if (atomic_load_explicit(&c->hot_at, memory_order_relaxed) != now)
 		atomic_store_explicit(&c->hot_at, now, memory_order_relaxed);
 }
@@ -264,15 +268,22 @@ static struct {
 /* Set before main from WEFT_CHAN_BIAS: "0" turns the bias off; "eager" (tests/chan.c) grants
  * it after two lockings, with no backoff, so that revocations race with owners all the time. */
 static enum chan_bias_mode bias_mode;
+static int bias_streak = BIAS_STREAK;
+static int64_t bias_backoff_min = BIAS_BACKOFF_MIN_NS;
 static _Atomic long bias_revocations;
 
 __attribute__((constructor)) static void bias_init(void)
 {
 	const char *e = getenv("WEFT_CHAN_BIAS");
-	if (!asym_on() || (e && strcmp(e, "0") == 0))
+	if (!asym_on() || (e && strcmp(e, "0") == 0)) {
 		bias_mode = CHAN_BIAS_OFF;
-	else
-		bias_mode = e && strcmp(e, "eager") == 0 ? CHAN_BIAS_EAGER : CHAN_BIAS_ON;
+	} else if (e && strcmp(e, "eager") == 0) {
+		bias_mode = CHAN_BIAS_EAGER;
+		bias_streak = 1;
+		bias_backoff_min = 0;
+	} else {
+		bias_mode = CHAN_BIAS_ON;
+	}
 }
 
 enum chan_bias_mode chan_bias_mode(void)
@@ -283,11 +294,6 @@ enum chan_bias_mode chan_bias_mode(void)
 long chan_bias_revocations(void)
 {
 	return atomic_load_explicit(&bias_revocations, memory_order_relaxed);
-}
-
-static inline int64_t coarse_now(void)
-{
-	return atomic_load_explicit(&sched_coarse_now, memory_order_relaxed);
 }
 
 /* The caller as a possible owner: 1 + its worker's id, or 0 (a plain thread, or a worker
@@ -321,8 +327,7 @@ static __attribute__((noinline)) bool bias_fight(weft_chan *c, int owner, bool m
 {
 	if (!sched_on_a_worker())
 		return false;
-	/* a bias left from an earlier weft_run may name a worker this one does not have */
-	note_contention(c, owner - 1 < weft_worker_max() ? owner - 1 : weft_worker_id());
+	note_contention(c, owner - 1);
 	if (!may_move)
 		return false;
 	sched_move(sched_gather_worker());
@@ -343,10 +348,10 @@ static __attribute__((noinline)) void bias_revoke(weft_chan *c, int owner)
 			sched_yield(); /* the owner's thread was preempted inside */
 	int64_t now = coarse_now();
 	bool short_lived = now - c->granted_at < BIAS_SHORT_NS;
-	c->backoff = short_lived && c->backoff ? c->backoff * 2 : BIAS_BACKOFF_MIN_NS;
+	c->backoff = short_lived && c->backoff ? c->backoff * 2 : bias_backoff_min;
 	if (c->backoff > BIAS_BACKOFF_MAX_NS)
 		c->backoff = BIAS_BACKOFF_MAX_NS;
-	c->regrant_at = bias_mode == CHAN_BIAS_EAGER ? 0 : now + c->backoff;
+	c->regrant_at = now + c->backoff;
 	c->streak = 0;
 	atomic_store_explicit(&c->bias, 0, memory_order_relaxed);
 	atomic_fetch_add_explicit(&bias_revocations, 1, memory_order_relaxed);
@@ -368,7 +373,7 @@ static inline void bias_after_lock(weft_chan *c)
 			c->cand = me;
 		return;
 	}
-	if (c->streak < (bias_mode == CHAN_BIAS_EAGER ? 1 : BIAS_STREAK)) {
+	if (c->streak < bias_streak) {
 		c->streak++;
 		return;
 	}

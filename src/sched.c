@@ -743,6 +743,18 @@ static bool stalled(struct worker *w, struct worker *v)
 	return now - p->since >= STALL_NS;
 }
 
+void sched_note_contention(int me)
+{
+	if (me < 0 || me >= S.cap)
+		me = weft_worker_id();
+	int64_t now = atomic_load_explicit(&sched_coarse_now, memory_order_relaxed);
+	int64_t at = atomic_load_explicit(&sched_contended_at, memory_order_relaxed);
+	if (now - at > SCHED_CONTENDED_NS)
+		atomic_store_explicit(&sched_gather_on, me, memory_order_relaxed);
+	if (at != now)
+		atomic_store_explicit(&sched_contended_at, now, memory_order_relaxed);
+}
+
 /* Whether tasks contending for channels are being gathered on one worker (sched.h). */
 static bool gathering(void)
 {

@@ -138,15 +138,9 @@ static inline int sched_gather_worker(void)
 {
 	return atomic_load_explicit(&sched_gather_on, memory_order_relaxed);
 }
-static inline void sched_note_contention(int me)
-{
-	int64_t now = atomic_load_explicit(&sched_coarse_now, memory_order_relaxed);
-	int64_t at = atomic_load_explicit(&sched_contended_at, memory_order_relaxed);
-	if (now - at > SCHED_CONTENDED_NS)
-		atomic_store_explicit(&sched_gather_on, me, memory_order_relaxed);
-	if (at != now)
-		atomic_store_explicit(&sched_contended_at, now, memory_order_relaxed);
-}
+/* me: the worker to gather on if none is chosen yet; an id this run lacks (a channel biased in
+ * an earlier weft_run) stands for the caller's. */
+void sched_note_contention(int me);
 /* Write a line per live task to fd (at most `max`; dump.c). Returns the number of tasks.
  * in_signal: called from a signal handler, so it must not wait for any lock. */
 int dump_tasks(int fd, int max, bool in_signal);

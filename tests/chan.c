@@ -8,9 +8,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
-#include <linux/membarrier.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "chan.h"
 #include "test.h"
@@ -1267,17 +1264,12 @@ static const struct {
 	  cancel_mid_stress_capacity_1_loses_nothing, false },
 };
 
-static bool have_membarrier(void)
-{
-	long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
-	return cmds >= 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED);
-}
-
 /* Runs the case $CHAN_BIAS_CASE names, with the bias $WEFT_CHAN_BIAS asks for. */
 TEST(child_bias_case)
 {
 	const char *name = getenv("CHAN_BIAS_CASE"), *mode = getenv("WEFT_CHAN_BIAS");
-	bool eager = strcmp(mode, "eager") == 0 && have_membarrier();
+	bool eager = strcmp(mode, "eager") == 0 && test_have_membarrier();
+	fprintf(stderr, "%s, bias %s\n", name, mode); /* says which, should it fail */
 	CHECK_EQ(chan_bias_mode(), eager ? CHAN_BIAS_EAGER : CHAN_BIAS_OFF);
 	size_t i = 0;
 	while (i < sizeof bias_cases / sizeof *bias_cases && strcmp(bias_cases[i].name, name))
@@ -1293,14 +1285,9 @@ TEST(child_bias_case)
 
 static void bias_case(const char *mode, const char *name)
 {
-	char cmd[512], err[4096];
 	setenv("WEFT_CHAN_BIAS", mode, 1);
 	setenv("CHAN_BIAS_CASE", name, 1);
-	snprintf(cmd, sizeof cmd, "%s child_bias_case", test_argv0);
-	int st = test_spawn(cmd, err, sizeof err);
-	if (st != 0)
-		fprintf(stderr, "child %s: status %d, stderr:\n%s\n", name, st, err);
-	CHECK_EQ(st, 0);
+	test_run_child("child_bias_case");
 }
 
 TEST(stress_suites_with_an_eager_bias)

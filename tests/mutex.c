@@ -198,8 +198,7 @@ TEST(child_no_lost_wakeups)
 {
 	const char *e = getenv("WEFT_MUTEX_FAST_RELEASE");
 	int want = !e ? 1 : strcmp(e, "0") == 0 ? 0 : strcmp(e, "reordered") == 0 ? 2 : 1;
-	long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
-	if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED)) {
+	if (!test_have_membarrier()) {
 		fprintf(stderr, "no membarrier here: the fenced release only\n");
 		want = 0;
 	}
@@ -292,13 +291,8 @@ TEST(child_unwoken_head_leaves_membarrier_fails)
  * main). */
 static void no_lost_wakeups_with(const char *release, const char *child)
 {
-	char cmd[512], err[4096];
 	setenv("WEFT_MUTEX_FAST_RELEASE", release, 1);
-	snprintf(cmd, sizeof cmd, "%s %s", test_argv0, child);
-	int st = test_spawn(cmd, err, sizeof err);
-	if (st != 0)
-		fprintf(stderr, "child: status %d, stderr:\n%s\n", st, err);
-	CHECK_EQ(st, 0);
+	test_run_child(child);
 }
 
 TEST(no_lost_wakeups_fast_release)

@@ -4,9 +4,11 @@
 
 #include <arpa/inet.h>
 #include <libgen.h>
+#include <linux/membarrier.h>
 #include <netinet/in.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 struct test {
@@ -110,25 +112,42 @@ int main(int argc, char **argv)
 	return 2;
 }
 
+/* `prefix` goes between the runner and the binary: an environment for the child. */
+static void run_child(const char *prefix, const char *name)
+{
+	char cmd[2048], err[4096];
+	snprintf(cmd, sizeof cmd, "%s %s %s", prefix, test_argv0, name);
+	int st = test_spawn(cmd, err, sizeof err);
+	if (st != 0)
+		fprintf(stderr, "child %s: status %d\n%s", name, st, err);
+	CHECK_EQ(st, 0);
+}
+
+void test_run_child(const char *name)
+{
+	run_child("", name);
+}
+
 void test_run_shimmed(const char *name)
 {
-	char self[512], dir[512], cmd[2048], err[4096];
-	snprintf(self, sizeof self, "%s", test_argv0);
+	char dir[512], prefix[1024];
 	snprintf(dir, sizeof dir, "%s", test_argv0);
 	const char *runner = getenv("RUNNER");
 	/* qemu-user takes the guest's environment with -E; ASan must be told that a preloaded
 	 * library comes before it */
 	if (runner && *runner)
-		snprintf(cmd, sizeof cmd, "-E LD_PRELOAD=%s/../libweft-shim.so %s %s", dirname(dir),
-			 self, name);
+		snprintf(prefix, sizeof prefix, "-E LD_PRELOAD=%s/../libweft-shim.so", dirname(dir));
 	else
-		snprintf(cmd, sizeof cmd,
-			 "env LD_PRELOAD=%s/../libweft-shim.so ASAN_OPTIONS=verify_asan_link_order=0 %s %s",
-			 dirname(dir), self, name);
-	int st = test_spawn(cmd, err, sizeof err);
-	if (st != 0)
-		fprintf(stderr, "child %s: status %d\n%s", name, st, err);
-	CHECK_EQ(st, 0);
+		snprintf(prefix, sizeof prefix,
+			 "env LD_PRELOAD=%s/../libweft-shim.so ASAN_OPTIONS=verify_asan_link_order=0",
+			 dirname(dir));
+	run_child(prefix, name);
+}
+
+bool test_have_membarrier(void)
+{
+	long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+	return cmds >= 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED);
 }
 
 int test_free_port(void)

@@ -78,10 +78,15 @@ int test_stop(pid_t pid);
  * passes (a failing test ends with _exit and keeps it to look at). */
 const char *test_tmpdir(void);
 
-/* Run this binary's test `name` in a child process with libweft-shim.so (in the directory
- * above the binary's) preloaded; fails the test when the child fails, showing its stderr. For
- * programs linked to libweft.so, as the shim needs. */
+/* Run this binary's test `name` in a child process (which inherits the environment, so a
+ * setenv before the call reaches weft's start-up); fails the test when the child fails, showing
+ * its stderr. */
+void test_run_child(const char *name);
+/* The same with libweft-shim.so (in the directory above the binary's) preloaded. For programs
+ * linked to libweft.so, as the shim needs. */
 void test_run_shimmed(const char *name);
+/* Whether this Linux offers membarrier(2)'s private expedited command (asym.h needs it). */
+bool test_have_membarrier(void);
 
 /* A TCP port on 127.0.0.1 that was free a moment ago (for a server the test starts). */
 int test_free_port(void);
