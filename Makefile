@@ -64,15 +64,20 @@ ifeq ($(B),build)
 all: weft.pc
 endif
 
+# The library exports include/weft.h and nothing else (src/poll.h's SHIM_API aside): its
+# internal names can then neither clash with a program's nor be interposed on, and its calls
+# to them need no PLT. -Bsymbolic-functions binds its calls to its own public functions
+# directly too.
+LIB_CFLAGS := $(CFLAGS) -fvisibility=hidden
 $(B)/obj/%.o: src/%.c $(HDRS) | $(B)/obj
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(LIB_CFLAGS) -c $< -o $@
 $(B)/obj/%.o: src/%.S | $(B)/obj
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(LIB_CFLAGS) -c $< -o $@
 
 $(B)/libweft.a: $(LIB_OBJ)
 	$(AR) rcs $@ $^
 $(B)/libweft.so: $(LIB_OBJ)
-	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) -shared $(LDFLAGS) -Wl,-Bsymbolic-functions -o $@ $^ $(LDLIBS)
 
 # The shim calls into the program's own weft, so it links to libweft.so (found beside it).
 $(B)/libweft-shim.so: src/shim.c $(HDRS) $(B)/libweft.so

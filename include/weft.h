@@ -21,6 +21,9 @@
 extern "C" {
 #endif
 
+/* libweft is built with hidden visibility: what this header declares is all it exports. */
+#pragma GCC visibility push(default)
+
 /* ------------------------------------------------------------------------------------------ */
 /* Time                                                                                       */
 /* ------------------------------------------------------------------------------------------ */
@@ -857,6 +860,8 @@ int weft_flow_stats_get(weft_flow *f, weft_flow_stats *out, int max);
 
 /* Write the counters as a table to fd: 0 or -errno. */
 int weft_flow_stats_print(weft_flow *f, int fd);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

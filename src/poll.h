@@ -10,18 +10,24 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+/* libweft-shim.so calls the functions marked SHIM_API across the library boundary. They are
+ * the only internals libweft.so exports (the rest is hidden: the Makefile's
+ * -fvisibility=hidden), under names of their own, weft__poll_*, that no program's symbols
+ * can clash with or interpose on. */
+#define SHIM_API(name) __asm__("weft__" #name) __attribute__((visibility("default")))
+
 int poll_init(void);
 /* Park the caller until fd is ready for `events` (EPOLLIN and/or EPOLLOUT), the deadline
  * passes (-ETIMEDOUT), the task is cancelled (-ECANCELED) or fd is closed through weft
  * (-EBADF). Returns 0 when ready. */
-int poll_wait(int fd, uint32_t events, int64_t deadline);
+int poll_wait(int fd, uint32_t events, int64_t deadline) SHIM_API(poll_wait);
 /* poll(2) for a task: parks it (not its worker) until one of fds is ready, then returns what
  * poll(2) would: the number ready, revents filled in. Or 0 when the deadline passes, -ECANCELED,
  * -ENOMEM, or -errno when an fd cannot be waited on here (epoll refuses it). Any number of
  * tasks may poll one fd, and a poll takes no edge from the fd's reader or writer. The fds must
  * have been through poll_manage. */
 struct pollfd;
-int poll_fds(struct pollfd *fds, int n, int64_t deadline);
+int poll_fds(struct pollfd *fds, int n, int64_t deadline) SHIM_API(poll_fds);
 /* Collect ready fds and wake their waiters; waits until `deadline` (0: do not wait,
  * INT64_MAX: until woken). Returns the number of waiters woken. */
 int poll_run(int64_t deadline);
@@ -30,12 +36,12 @@ void poll_interrupt(void);
 /* Tasks parked on fds right now. */
 int poll_waiters(void);
 /* fd is being closed: wake its waiters with -EBADF and forget it. */
-void poll_forget(int fd);
+void poll_forget(int fd) SHIM_API(poll_forget);
 
 /* What the program believes about an fd's O_NONBLOCK flag (the shim keeps the kernel's flag
  * set on fds weft manages). Returns -1 when weft has never made fd non-blocking. */
-int poll_user_nonblock(int fd);
-void poll_set_user_nonblock(int fd, bool on);
+int poll_user_nonblock(int fd) SHIM_API(poll_user_nonblock);
+void poll_set_user_nonblock(int fd, bool on) SHIM_API(poll_set_user_nonblock);
 /* Whether fd is known not to be a socket (weft_write then uses write(2), not send(2)). */
 bool poll_not_socket(int fd);
 void poll_set_not_socket(int fd);
@@ -43,11 +49,11 @@ void poll_set_not_socket(int fd);
  * asked for, say so with the token. Before the next read (or wait for reading) by a task,
  * poll_read_wait: when the last read left fd empty, it waits for fd's edge and returns what
  * poll_wait says (0, -ETIMEDOUT, -errno); otherwise it returns 1 at once. */
-uint32_t poll_read_token(int fd);
-void poll_read_short(int fd, uint32_t token);
-int poll_read_wait(int fd, int64_t deadline);
+uint32_t poll_read_token(int fd) SHIM_API(poll_read_token);
+void poll_read_short(int fd, uint32_t token) SHIM_API(poll_read_short);
+int poll_read_wait(int fd, int64_t deadline) SHIM_API(poll_read_wait);
 /* fd's urgent byte was read (MSG_OOB): never apply the rule to it again. */
-void poll_read_off(int fd);
+void poll_read_off(int fd) SHIM_API(poll_read_off);
 
 /* The bytes readv and writev ask for. */
 static inline size_t iov_total(const struct iovec *iov, int n)
@@ -68,5 +74,5 @@ static inline size_t recv_len(int fd, size_t n, int flags)
 	return flags & (MSG_PEEK | MSG_OOB | MSG_TRUNC | MSG_ERRQUEUE) ? 0 : n;
 }
 /* Make fd non-blocking in the kernel, remembering what it was. 0 or -errno. */
-int poll_manage(int fd);
+int poll_manage(int fd) SHIM_API(poll_manage);
 #endif

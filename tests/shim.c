@@ -4,6 +4,7 @@
  * with the shim preloaded, and the child runs plain code inside tasks and outside them.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -18,6 +19,7 @@
 #include <sys/syscall.h>
 #include <time.h>
 
+#include "poll.h" /* poll_forget, which libweft.so exports for the shim's close() */
 #include "test.h"
 
 /* ---- code that knows nothing of weft ------------------------------------------------------ */
@@ -751,7 +753,6 @@ TEST(child_poll_ends)
  * the close would drop the registration unseen, and the next fd to get that number would never
  * be registered, so a read of it would wait for ever. Made certain here by calling the two
  * halves of close() 20 ms apart. */
-void poll_forget(int fd); /* libweft.so's, which the shim's close() calls */
 static int cr_fd, cr_idle[2];
 static atomic_int cr_read;
 
@@ -852,4 +853,50 @@ TEST(poll_woken_by_a_close_leaves_the_fd_unregistered)
 TEST(select_pselect_and_ppoll_park_the_task_with_select_semantics)
 {
 	test_run_shimmed("child_select");
+}
+
+/* ---- the shared library's names ----------------------------------------------------------- */
+
+/* Functions of this program that happen to bear the names of weft internals, as any program's
+ * may. Were libweft.so to export its internals, the dynamic linker would bind the library's own
+ * calls to these (the executable's symbols come first), and spawning, parking or sleeping
+ * would abort here. */
+void stack_get(void);
+void sched_park(void);
+void timer_add(void);
+void stack_get(void)
+{
+	abort();
+}
+void sched_park(void)
+{
+	abort();
+}
+void timer_add(void)
+{
+	abort();
+}
+
+static void napper(void *arg)
+{
+	(void)arg;
+	CHECK_EQ(weft_sleep_until(weft_now() + 1000000), 0);
+}
+
+static int internal_names_main(void *arg)
+{
+	(void)arg;
+	weft_task *t = weft_spawn(napper, NULL);
+	CHECK(t);
+	CHECK_EQ(weft_join(t), 0);
+	return 0;
+}
+
+TEST(a_programs_own_names_never_stand_in_for_weft_internals)
+{
+	RUN(internal_names_main);
+	/* what libweft.so does export: its API, and the shim's way in under reserved names */
+	CHECK(dlsym(RTLD_DEFAULT, "weft_spawn"));
+	CHECK(dlsym(RTLD_DEFAULT, "weft__poll_wait"));
+	CHECK(!dlsym(RTLD_DEFAULT, "poll_wait") && !dlsym(RTLD_DEFAULT, "wait_park"));
 }
