@@ -21,7 +21,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-extern atomic_bool asym_enabled;
+extern atomic_bool asym_enabled __attribute__((visibility("hidden")));
 
 /* Whether the frequent side may use asym_light: fixed before main. */
 static inline bool asym_on(void)

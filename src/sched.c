@@ -496,6 +496,9 @@ _Noreturn static void overflow_abort(weft_task *t)
 	abort();
 }
 
+/* The first thing a context does once resumed: let go of the task switched away from. Every
+ * switch_to sets w->prev just before it switches, and every context resumes through here
+ * exactly once per switch, so prev needs no clearing. */
 static inline __attribute__((always_inline)) void finish_switch(void *fake_stack)
 {
 #ifdef WEFT_ASAN
@@ -507,7 +510,6 @@ static inline __attribute__((always_inline)) void finish_switch(void *fake_stack
 	weft_task *p = w->prev;
 	if (!p)
 		return;
-	w->prev = NULL;
 	if (task_state(p) == TASK_DONE && p->detached)
 		task_release(p);
 	else
@@ -519,6 +521,8 @@ void sched_finish_switch(void)
 	finish_switch(NULL);
 }
 
+static void switch_via_idle(struct worker *w, weft_task *from, weft_task *to, int left);
+
 /* Switch from `from` (NULL: the idle loop) to `to` (NULL: the idle loop). */
 static inline __attribute__((always_inline)) void switch_to(struct worker *w, weft_task *from,
 							     weft_task *to, int left)
@@ -527,15 +531,11 @@ static inline __attribute__((always_inline)) void switch_to(struct worker *w, we
 		overflow_abort(from);
 	if (to && __builtin_expect(atomic_load_explicit(&to->on_cpu, memory_order_acquire), 0)) {
 		if (from) {
-			/* `to` is still leaving another worker, which may itself be waiting for
-			 * `from` to leave this one: waiting here could deadlock. Go by the idle
-			 * loop, which holds no task while it waits. */
-			push_local(w, to);
-			to = NULL;
-		} else {
-			while (atomic_load_explicit(&to->on_cpu, memory_order_acquire))
-				cpu_relax();
+			switch_via_idle(w, from, to, left);
+			return;
 		}
+		while (atomic_load_explicit(&to->on_cpu, memory_order_acquire))
+			cpu_relax();
 	}
 	if (to) {
 		atomic_store_explicit(&to->on_cpu, 1, memory_order_relaxed);
@@ -562,6 +562,16 @@ static inline __attribute__((always_inline)) void switch_to(struct worker *w, we
 	ctx_switch(from ? &from->ctx : &w->idle_ctx, to ? &to->ctx : &w->idle_ctx);
 	/* Resumed: possibly on another worker, so `w` is stale; `from` is us. */
 	finish_switch(from ? from->asan_fake_stack : worker_self()->idle_fake_stack);
+}
+
+/* `to` is still leaving another worker, which may itself be waiting for `from` to leave this
+ * one: waiting here could deadlock. Go by the idle loop, which holds no task while it waits.
+ * Out of line, so that the common path knows `to` is never NULL after all. */
+static __attribute__((noinline)) void switch_via_idle(struct worker *w, weft_task *from,
+						      weft_task *to, int left)
+{
+	push_local(w, to);
+	switch_to(w, from, NULL, left);
 }
 
 static void run_timers(struct worker *w)

@@ -123,7 +123,7 @@ uint64_t sched_new_id(struct worker *w);
  * worker runs. While every worker sleeps the monitor does too, and the value is as old as the
  * sleep until the monitor's first look after a worker wakes it; its users (channel heat, park
  * times in the dump) only need it roughly. */
-extern _Atomic int64_t sched_coarse_now;
+extern _Atomic int64_t sched_coarse_now __attribute__((visibility("hidden")));
 
 /* Tasks contend for channels: sched_note_contention says so when a task finds a channel's lock
  * taken by a task on another worker (chan.c). Spreading such tasks over cores makes them
@@ -132,8 +132,8 @@ extern _Atomic int64_t sched_coarse_now;
  * that tasks using several of them (a pipeline) are not pulled back and forth. One store per
  * coarse clock tick at most, so the lines stay shared. */
 #define SCHED_CONTENDED_NS 2000000
-extern _Atomic int64_t sched_contended_at;
-extern atomic_int sched_gather_on;
+extern _Atomic int64_t sched_contended_at __attribute__((visibility("hidden")));
+extern atomic_int sched_gather_on __attribute__((visibility("hidden")));
 static inline int sched_gather_worker(void)
 {
 	return atomic_load_explicit(&sched_gather_on, memory_order_relaxed);

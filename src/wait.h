@@ -91,5 +91,5 @@ struct timer_wheel;
 int wait_expire(struct timer_wheel *h, int64_t now, bool try);
 
 /* Number of plain threads parked in wait_park right now (for deadlock detection). */
-extern atomic_int wait_foreign_parked;
+extern atomic_int wait_foreign_parked __attribute__((visibility("hidden")));
 #endif
