@@ -718,6 +718,8 @@ static int chan_send(weft_chan *c, const void *p, size_t len, int64_t deadline)
 	chan_unlock(c);
 	if (wk)
 		wake(c, wk, 0);
+	if (deadline != NOWAIT) /* a call that may wait, which did not: see sched_slice */
+		sched_slice();
 	return r;
 }
 
@@ -733,6 +735,8 @@ static int chan_recv(weft_chan *c, void *buf, size_t cap, int64_t deadline)
 	chan_unlock(c);
 	if (wk)
 		wake(c, wk, 0);
+	if (deadline != NOWAIT) /* a call that may wait, which did not: see sched_slice */
+		sched_slice();
 	return r;
 }
 

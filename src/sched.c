@@ -696,6 +696,17 @@ void weft_yield(void)
 	switch_to(w, self, next, TRACE_YIELD);
 }
 
+/* sched.h: the tasks sent here by other workers join the queue, and the caller yields to it
+ * (when alone, weft_yield still runs due timers and polls fds). */
+void sched_slice_end(void)
+{
+	struct worker *w = worker_self();
+	if (!w->cur)
+		return;
+	inbox_drain(w, w);
+	weft_yield();
+}
+
 void sched_move(int to)
 {
 	struct worker *w = worker_self();

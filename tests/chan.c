@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "chan.h"
+#include "sched.h" /* SLICE_OPS */
 #include "test.h"
 
 /* Wait until n senders or receivers are parked on c: tests that need a partner in place
@@ -1186,6 +1187,52 @@ TEST(offer_and_poll_never_move_the_task)
 {
 	setenv("WEFT_WORKERS", "2", 1);
 	RUN(nb_main);
+}
+
+/* ---- a task whose calls never wait ---------------------------------------------------------
+ * On one worker, a sender on an unbounded channel never waits, but its worker still switches
+ * every SLICE_OPS sends or receives that did not wait (sched.h): the task queued behind it runs
+ * long before the sender is done. offer and poll never switch: behind a task that only offers,
+ * the queued task waits until it is done. */
+
+enum { HOG_SENDS = 4 * SLICE_OPS };
+static atomic_int hog_other_ran;
+
+static void hog_other(void *arg)
+{
+	(void)arg;
+	atomic_store(&hog_other_ran, 1);
+}
+
+static int hog_main(void *arg)
+{
+	bool offer = arg != NULL;
+	weft_chan *c = weft_chan_new(WEFT_UNBOUNDED, sizeof(long));
+	CHECK(c);
+	atomic_store(&hog_other_ran, 0);
+	weft_task *t = weft_spawn(hog_other, NULL);
+	CHECK(t);
+	long first_seen = -1;
+	for (long i = 0; i < HOG_SENDS; i++) {
+		CHECK_EQ(offer ? weft_chan_offer(c, &i, sizeof i) : weft_chan_put(c, &i, sizeof i), 0);
+		if (first_seen < 0 && atomic_load(&hog_other_ran))
+			first_seen = i;
+	}
+	if (offer)
+		CHECK_EQ(first_seen, -1);
+	else
+		CHECK(first_seen >= 0 && first_seen < SLICE_OPS);
+	CHECK_EQ(weft_join(t), 0);
+	CHECK_EQ(weft_chan_len(c), HOG_SENDS);
+	weft_chan_free(c);
+	return 0;
+}
+
+TEST(a_sender_that_never_waits_still_lets_queued_tasks_run)
+{
+	setenv("WEFT_WORKERS", "1", 1);
+	CHECK_EQ(weft_run(hog_main, NULL), 0);
+	CHECK_EQ(weft_run(hog_main, "offer"), 0);
 }
 
 /* ---- bad input -------------------------------------------------------------------------- */
