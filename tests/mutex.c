@@ -759,21 +759,11 @@ TEST(child_destroy_with_waiters)
 	weft_run(destroy_with_waiter, NULL);
 }
 
-static void expect_abort(const char *child, const char *message)
-{
-	char cmd[512], err[4096];
-	snprintf(cmd, sizeof cmd, "%s %s", test_argv0, child);
-	int st = test_spawn(cmd, err, sizeof err);
-	if (st >= 0 || !strstr(err, message))
-		fprintf(stderr, "child %s: status %d, stderr:\n%s\n", child, st, err);
-	CHECK(st < 0); /* killed by SIGABRT */
-	CHECK(strstr(err, message));
-}
-
 TEST(misuse_is_reported)
 {
-	expect_abort("child_unlock_unlocked", "weft: weft_mutex_unlock: mutex is not locked");
+	test_expect_abort("child_unlock_unlocked", "weft: weft_mutex_unlock: mutex is not locked");
 #ifndef NDEBUG
-	expect_abort("child_destroy_with_waiters", "weft: weft_mutex_destroy: mutex has waiters");
+	test_expect_abort("child_destroy_with_waiters",
+			  "weft: weft_mutex_destroy: mutex has waiters");
 #endif
 }

@@ -846,24 +846,15 @@ TEST(child_waitgroup_negative)
 	weft_waitgroup_done(&wg);
 }
 
-static void expect_abort(const char *child, const char *message)
-{
-	char cmd[512], err[4096];
-	snprintf(cmd, sizeof cmd, "%s %s", test_argv0, child);
-	int st = test_spawn(cmd, err, sizeof err);
-	if (st >= 0 || !strstr(err, message))
-		fprintf(stderr, "child %s: status %d, stderr:\n%s\n", child, st, err);
-	CHECK(st < 0);
-	CHECK(strstr(err, message));
-}
-
 TEST(misuse_is_reported)
 {
-	expect_abort("child_rwlock_unlock_unlocked", "weft: weft_rwlock_unlock: rwlock is not locked");
-	expect_abort("child_waitgroup_negative", "weft: weft_waitgroup_add: negative count");
+	test_expect_abort("child_rwlock_unlock_unlocked",
+			  "weft: weft_rwlock_unlock: rwlock is not locked");
+	test_expect_abort("child_waitgroup_negative", "weft: weft_waitgroup_add: negative count");
 #ifndef NDEBUG
-	expect_abort("child_sem_destroy_with_waiters", "weft: weft_sem_destroy: semaphore has waiters");
-	expect_abort("child_cond_destroy_with_waiters",
-		     "weft: weft_cond_destroy: condition variable has waiters");
+	test_expect_abort("child_sem_destroy_with_waiters",
+			  "weft: weft_sem_destroy: semaphore has waiters");
+	test_expect_abort("child_cond_destroy_with_waiters",
+			  "weft: weft_cond_destroy: condition variable has waiters");
 #endif
 }

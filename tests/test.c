@@ -128,6 +128,17 @@ void test_run_child(const char *name)
 	run_child("", name);
 }
 
+void test_expect_abort(const char *name, const char *message)
+{
+	char cmd[1024], err[4096];
+	snprintf(cmd, sizeof cmd, "%s %s", test_argv0, name);
+	int st = test_spawn(cmd, err, sizeof err);
+	if (st >= 0 || !strstr(err, message))
+		fprintf(stderr, "child %s: status %d, stderr:\n%s\n", name, st, err);
+	CHECK(st < 0); /* killed by a signal: abort() */
+	CHECK(strstr(err, message));
+}
+
 void test_run_shimmed(const char *name)
 {
 	char dir[512], prefix[1024];

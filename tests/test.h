@@ -82,6 +82,8 @@ const char *test_tmpdir(void);
  * setenv before the call reaches weft's start-up); fails the test when the child fails, showing
  * its stderr. */
 void test_run_child(const char *name);
+/* Run child test `name`, which must die of a signal (abort()) with `message` in its stderr. */
+void test_expect_abort(const char *name, const char *message);
 /* The same with libweft-shim.so (in the directory above the binary's) preloaded. For programs
  * linked to libweft.so, as the shim needs. */
 void test_run_shimmed(const char *name);
