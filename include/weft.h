@@ -203,10 +203,10 @@ int weft_stats_waits(weft_wait_stats *out, int max);
  * Packet storage is allocated once, by weft_chan_new (an unbounded channel allocates a segment
  * when it grows past what it holds, and keeps one spare): sending and receiving allocate
  * nothing. Any number of tasks and threads may send and receive on one channel at once.
- * Sends and receives that complete without waiting still switch tasks now and then: every 512
- * of them on a worker (offer and poll aside, which never switch), the caller yields to the
- * tasks queued behind it, so a task that never waits (a sender on an unbounded channel) does
- * not keep its worker to itself. A channel used over and over from one worker is biased to
+ * Sends, receives and selects that complete without waiting still switch tasks now and then:
+ * every 512 of them on a worker (offer and poll aside, which never switch), the caller yields
+ * to the tasks queued behind it, so a task that never waits (a sender on an unbounded channel)
+ * does not keep its worker to itself. A channel used over and over from one worker is biased to
  * it: its lock then costs no atomic operation there, and the first locker from elsewhere pays a
  * membarrier(2) to take the bias away (WEFT_CHAN_BIAS=0 in the environment turns biasing off).
  *

@@ -1145,6 +1145,7 @@ int weft_select(weft_select_case *k, int n, int64_t deadline)
 				wake(k[i].chan, wk, 0);
 			if (k[i].result == -ENOMEM)
 				return -ENOMEM;
+			sched_slice(); /* as a send or receive that did not wait */
 			return i;
 		}
 	}

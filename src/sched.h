@@ -83,15 +83,15 @@ struct worker *worker_self(void);
 #endif
 
 /*
- * Called by a blocking call that completed without waiting (a channel send or receive). Every
- * SLICE_OPS such calls on a worker, the task making one yields (sched_slice_end), as if it had
- * waited. Without this a task whose calls never wait (sends on an unbounded channel) keeps its
- * worker for as long as it sends: the tasks queued behind it wait, its timers and fds go
- * unlooked at (pick()'s periodic checks count switches), and an idle worker takes the worker
- * for stalled and its queue with it, which, while tasks gather on a contended channel
- * (sched_gather_worker), sends them straight back to fight over the channel from two cores
- * (10^6 packets through an unbounded channel: 55-60 ms on two workers against 15 ms on one;
- * with a yield every 512 sends, 12-13 ms and 10 ms).
+ * Called by a blocking call that completed without waiting (a channel send, receive or
+ * select). Every SLICE_OPS such calls on a worker, the task making one yields
+ * (sched_slice_end), as if it had waited. Without this a task whose calls never wait (sends on
+ * an unbounded channel) keeps its worker for as long as it sends: the tasks queued behind it
+ * wait, its timers and fds go unlooked at (pick()'s periodic checks count switches), and an
+ * idle worker takes the worker for stalled and its queue with it, which, while tasks gather on
+ * a contended channel (sched_gather_worker), sends them straight back to fight over the
+ * channel from two cores (10^6 packets through an unbounded channel: 55-60 ms on two workers
+ * against 15 ms on one; with a yield every 512 sends, 12-13 ms and 10 ms).
  */
 #define SLICE_OPS 512
 void sched_slice_end(void);

@@ -1188,8 +1188,8 @@ TEST(offer_and_poll_never_move_the_task)
 
 /* ---- a task whose calls never wait ---------------------------------------------------------
  * On one worker, a sender on an unbounded channel never waits, but its worker still switches
- * every SLICE_OPS sends or receives that did not wait (sched.h): the task queued behind it runs
- * long before the sender is done. offer and poll never switch: behind a task that only offers,
+ * every SLICE_OPS sends, receives or selects that did not wait (sched.h): the task queued
+ * behind it runs long before the sender is done. offer and poll never switch: behind a task that only offers,
  * the queued task waits until it is done. */
 
 enum { HOG_SENDS = 4 * SLICE_OPS };
@@ -1201,9 +1201,21 @@ static void hog_other(void *arg)
 	atomic_store(&hog_other_ran, 1);
 }
 
+/* One send by `how`: "put", "select" (its one case, index 0) or "offer". */
+static int hog_send(const char *how, weft_chan *c, long *v)
+{
+	weft_select_case k = weft_select_send(c, v, sizeof *v);
+	if (strcmp(how, "select") == 0)
+		return weft_select(&k, 1, WEFT_FOREVER);
+	if (strcmp(how, "offer") == 0)
+		return weft_chan_offer(c, v, sizeof *v);
+	return weft_chan_put(c, v, sizeof *v);
+}
+
 static int hog_main(void *arg)
 {
-	bool offer = arg != NULL;
+	const char *how = arg;
+	bool offer = strcmp(how, "offer") == 0;
 	weft_chan *c = weft_chan_new(WEFT_UNBOUNDED, sizeof(long));
 	CHECK(c);
 	atomic_store(&hog_other_ran, 0);
@@ -1211,7 +1223,7 @@ static int hog_main(void *arg)
 	CHECK(t);
 	long first_seen = -1;
 	for (long i = 0; i < HOG_SENDS; i++) {
-		CHECK_EQ(offer ? weft_chan_offer(c, &i, sizeof i) : weft_chan_put(c, &i, sizeof i), 0);
+		CHECK_EQ(hog_send(how, c, &i), 0);
 		if (first_seen < 0 && atomic_load(&hog_other_ran))
 			first_seen = i;
 	}
@@ -1228,7 +1240,8 @@ static int hog_main(void *arg)
 TEST(a_sender_that_never_waits_still_lets_queued_tasks_run)
 {
 	setenv("WEFT_WORKERS", "1", 1);
-	CHECK_EQ(weft_run(hog_main, NULL), 0);
+	CHECK_EQ(weft_run(hog_main, "put"), 0);
+	CHECK_EQ(weft_run(hog_main, "select"), 0);
 	CHECK_EQ(weft_run(hog_main, "offer"), 0);
 }
 
