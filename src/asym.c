@@ -3,6 +3,7 @@
 #include "asym.h"
 
 #include <linux/membarrier.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -21,4 +22,10 @@ __attribute__((constructor(101))) static void asym_init(void)
 bool asym_heavy(void)
 {
 	return syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
+}
+
+void asym_heavy_retry(void)
+{
+	while (!asym_heavy()) /* -ENOMEM: the other side's store may still be unseen */
+		sched_yield();
 }

@@ -40,5 +40,8 @@ static inline void asym_light(void)
  * barrier: membarrier can still fail after registering (-ENOMEM), and the caller must then not
  * rely on the other side's store (try again, or take a slower path). */
 bool asym_heavy(void);
+/* asym_heavy, tried again (yielding the core) until there was a barrier: for a side that
+ * cannot go on without one. */
+void asym_heavy_retry(void);
 
 #endif

@@ -339,8 +339,7 @@ static __attribute__((noinline)) bool bias_fight(weft_chan *c, int owner, bool m
  * and take the bias away. */
 static __attribute__((noinline)) void bias_revoke(weft_chan *c, int owner)
 {
-	while (!asym_heavy()) /* -ENOMEM: the owner's slot may still be unseen */
-		sched_yield();
+	asym_heavy_retry();
 	for (int i = 0; atomic_load_explicit(&bias_in[owner - 1].c, memory_order_acquire) == c; i++)
 		if (i < LOCK_SPINS)
 			cpu_relax();
@@ -377,8 +376,9 @@ static inline void bias_after_lock(weft_chan *c)
 		c->streak++;
 		return;
 	}
-	if (bias_mode != CHAN_BIAS_OFF && coarse_now() >= c->regrant_at) {
-		c->granted_at = coarse_now();
+	int64_t now = coarse_now();
+	if (bias_mode != CHAN_BIAS_OFF && now >= c->regrant_at) {
+		c->granted_at = now;
 		atomic_store_explicit(&c->bias, me, memory_order_relaxed);
 	}
 }

@@ -701,8 +701,6 @@ void weft_yield(void)
 void sched_slice_end(void)
 {
 	struct worker *w = worker_self();
-	if (!w->cur)
-		return;
 	inbox_drain(w, w);
 	weft_yield();
 }

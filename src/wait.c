@@ -186,8 +186,7 @@ void wait_cancel(weft_task *t)
 {
 	if (cancel_parked(t) || !asym_on())
 		return;
-	while (!asym_heavy()) /* -ENOMEM: the waiter's store may still be unseen */
-		sched_yield();
+	asym_heavy_retry();
 	cancel_parked(t);
 }
 

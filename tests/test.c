@@ -112,12 +112,19 @@ int main(int argc, char **argv)
 	return 2;
 }
 
-/* `prefix` goes between the runner and the binary: an environment for the child. */
+/* Run this binary's test `name` in a child; returns its status (test_spawn). `prefix` goes
+ * between the runner and the binary: an environment for the child. */
+static int spawn_child(const char *prefix, const char *name, char *err, size_t cap)
+{
+	char cmd[2048];
+	snprintf(cmd, sizeof cmd, "%s %s %s", prefix, test_argv0, name);
+	return test_spawn(cmd, err, cap);
+}
+
 static void run_child(const char *prefix, const char *name)
 {
-	char cmd[2048], err[4096];
-	snprintf(cmd, sizeof cmd, "%s %s %s", prefix, test_argv0, name);
-	int st = test_spawn(cmd, err, sizeof err);
+	char err[4096];
+	int st = spawn_child(prefix, name, err, sizeof err);
 	if (st != 0)
 		fprintf(stderr, "child %s: status %d\n%s", name, st, err);
 	CHECK_EQ(st, 0);
@@ -130,9 +137,8 @@ void test_run_child(const char *name)
 
 void test_expect_abort(const char *name, const char *message)
 {
-	char cmd[1024], err[4096];
-	snprintf(cmd, sizeof cmd, "%s %s", test_argv0, name);
-	int st = test_spawn(cmd, err, sizeof err);
+	char err[4096];
+	int st = spawn_child("", name, err, sizeof err);
 	if (st >= 0 || !strstr(err, message))
 		fprintf(stderr, "child %s: status %d, stderr:\n%s\n", name, st, err);
 	CHECK(st < 0); /* killed by a signal: abort() */
