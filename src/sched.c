@@ -61,6 +61,7 @@
 #define BUSY_POLL_NS 20000  /* a busy worker polls fds at most this often */
 #define SPIN_POLL_NS 2000   /* and a spinning one */
 #define PREFETCH_QUEUE 8    /* see prefetch_next() */
+#define PREFETCH_AHEAD 3    /* see prefetch_next(); below PREFETCH_QUEUE */
 #define STUCK_NS 10000000   /* a worker on one task this long with work queued is stuck;
 			     * above an OS time slice, so a preempted worker does not count */
 #define STALL_NS 10000      /* see steal() */
@@ -527,7 +528,7 @@ static void switch_via_idle(struct worker *w, weft_task *from, weft_task *to, in
 static inline __attribute__((always_inline)) void switch_to(struct worker *w, weft_task *from,
 							     weft_task *to, int left)
 {
-	if (from && !stack_intact(&from->stk, __builtin_frame_address(0)))
+	if (from && !stack_intact(&from->stk, __builtin_frame_address(0), left == TRACE_EXIT))
 		overflow_abort(from);
 	if (to && __builtin_expect(atomic_load_explicit(&to->on_cpu, memory_order_acquire), 0)) {
 		if (from) {
@@ -600,23 +601,26 @@ static int poll_now(int64_t every)
 	return n;
 }
 
-/* Start loading the task that will run after the next one, whose record and stack are long
- * out of cache when many tasks take turns (10^5 sleepers each run once per pass over all of
- * them): its record, and the frames it parked with, just below the record (stack.h). Only with
- * PREFETCH_QUEUE or more tasks queued: behind fewer, a task is still in cache (the
- * one-million-packet run spent 9% of its instructions here when it always prefetched). By
- * address only: the pointer may be stale (a thief took it) and a prefetch never faults. Called
- * when a task parks, not when it yields: a yield ping-pong has nothing cold to load. */
+/* Start loading a task that will run soon, whose record and stack are long out of cache when
+ * many tasks take turns (10^5 sleepers each run once per pass over all of them): its record,
+ * and the frames it parked with, just below the record (stack.h). Not the next one but the
+ * one PREFETCH_AHEAD places behind it: a task's pages take a TLB walk and then a dozen misses,
+ * longer than a task's turn, and loading only one ahead left most of the wait in place (10^5
+ * sleepers: 115 ms against 130). Only with PREFETCH_QUEUE or more tasks queued: behind fewer,
+ * a task is still in cache (the one-million-packet run spent 9% of its instructions here when
+ * it always prefetched). By address only: the pointer may be stale (a thief took it) and a
+ * prefetch never faults. Called when a task parks, not when it yields: a yield ping-pong has
+ * nothing cold to load. */
 static inline void prefetch_next(struct runq *q)
 {
 	uint32_t h = atomic_load_explicit(&q->head, memory_order_relaxed);
 	if (atomic_load_explicit(&q->tail, memory_order_relaxed) - h < PREFETCH_QUEUE)
 		return;
-	const char *t = (const char *)atomic_load_explicit(&q->ring[h % RUNQ_SIZE],
-							    memory_order_relaxed);
+	uint32_t i = (h + PREFETCH_AHEAD) % RUNQ_SIZE;
+	const char *t = (const char *)atomic_load_explicit(&q->ring[i], memory_order_relaxed);
 #pragma GCC unroll 12
-	for (int i = -8; i < 4; i++)
-		__builtin_prefetch(t + 64 * i, 1);
+	for (int l = -8; l < 4; l++)
+		__builtin_prefetch(t + 64 * l, 1);
 }
 
 /* The next task to run from w's own queues, or NULL. */

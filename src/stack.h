@@ -19,6 +19,7 @@ struct stack {
 	struct stack *free_next; /* free odd-sized stacks */
 	bool guarded;        /* a PROT_NONE page sits just below lo */
 	bool pooled;         /* a default-size slot carved from a region */
+	uint8_t switches;    /* unguarded: switches away since the canary was last read */
 	unsigned valgrind_id;
 };
 
@@ -37,11 +38,23 @@ void stack_put(struct stack_cache *c, struct stack *s);  /* marks it free: size 
 void stack_cache_drain(struct stack_cache *c);
 /* The record of the slot that contains addr's guard page, or NULL. */
 struct stack *stack_of_guard(const void *addr);
+/* How often the canary of an unguarded stack is read: every CANARY_EVERY-th switch away from
+ * its task, and when the task ends (see stack.c). */
+#define CANARY_EVERY 16
+
 /* False when a stack without guard page has overflowed (see stack.c); sp is the stack
- * pointer of its task, taken at a switch. */
-static inline bool stack_intact(const struct stack *s, const void *sp)
+ * pointer of its task, taken at a switch away from it (`last`: the task has ended). Called
+ * only by the worker running that task. */
+static inline bool stack_intact(struct stack *s, const void *sp, bool last)
 {
-	return s->guarded || ((const char *)sp > (const char *)s->lo && *(const uint64_t *)s->lo == 0);
+	if (s->guarded)
+		return true;
+	if ((const char *)sp <= (const char *)s->lo)
+		return false;
+	if (!last && ++s->switches < CANARY_EVERY)
+		return true;
+	s->switches = 0;
+	return *(const uint64_t *)s->lo == 0;
 }
 /* Call fn on every record handed out and not yet put back. Takes no lock: other threads may be
  * handing records out and putting them back meanwhile, so fn sees a snapshot of each. */

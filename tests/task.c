@@ -11,6 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "stack.h"
+#include "task.h"
 #include "test.h"
 
 static atomic_long counter;
@@ -574,6 +576,79 @@ TEST(stack_overflow_is_reported)
 	int st = test_spawn(cmd, err, sizeof err);
 	CHECK(st < 0); /* killed by a signal */
 	CHECK(strstr(err, "weft: task ") && strstr(err, "(deep) overflowed its "));
+}
+
+/* Beyond the guard budget a slot has no guard page (src/stack.c): an overflow there is caught
+ * by the canary at the slot's lowest word, read within CANARY_EVERY switches of the task and
+ * when it ends. The children run with WEFT_STACK_GUARDS=0. The overflowing task writes about a
+ * kilobyte below its stack, which lands on the page the guard would have been, and returns.
+ * Volatile stores: a memset of a buffer nobody reads may be dropped. */
+static void fill(volatile char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = 0x5a;
+}
+
+static __attribute__((noinline)) void splash(void)
+{
+	volatile char big[2048];
+	fill(big, sizeof big);
+}
+
+/* Frames of about 256 bytes down to a kilobyte above lo, then one of 2 KiB across it. */
+static __attribute__((noinline)) int dig(const char *lo, int depth)
+{
+	volatile char pad[256];
+	fill(pad, sizeof pad);
+	if ((const char *)pad < lo + 1024 || depth > 100000)
+		splash();
+	else
+		dig(lo, depth + 1);
+	return pad[0];
+}
+
+static void overflow_quietly(void *arg)
+{
+	weft_task *self = weft_self();
+	if (self->stk.guarded) { /* the guard page would catch it: not what is tested */
+		fprintf(stderr, "task has a guard page\n");
+		_exit(3);
+	}
+	dig(self->stk.lo, 0);
+	if (!arg)
+		return; /* caught as it ends */
+	for (int i = 0; i < CANARY_EVERY; i++)
+		test_pause(); /* parks: a switch even with nothing else to run */
+	fprintf(stderr, "not caught\n");
+	_exit(4);
+}
+
+static int unguarded(void *park)
+{
+	weft_join(weft_spawn_opt(overflow_quietly, park, &(weft_spawn_opts){ .name = "deep" }));
+	return 0;
+}
+
+TEST(child_overflow_unguarded_switch)
+{
+	weft_run(unguarded, "park");
+}
+
+TEST(child_overflow_unguarded_exit)
+{
+	weft_run(unguarded, NULL);
+}
+
+TEST(unguarded_overflow_is_reported_at_a_switch)
+{
+	test_expect_abort_env("WEFT_STACK_GUARDS=0", "child_overflow_unguarded_switch",
+			      "(deep) overflowed its ");
+}
+
+TEST(unguarded_overflow_is_reported_when_the_task_ends)
+{
+	test_expect_abort_env("WEFT_STACK_GUARDS=0", "child_overflow_unguarded_exit",
+			      "(deep) overflowed its ");
 }
 
 static void wait_forever(void *arg)

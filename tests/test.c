@@ -135,14 +135,23 @@ void test_run_child(const char *name)
 	run_child("", name);
 }
 
-void test_expect_abort(const char *name, const char *message)
+void test_expect_abort_env(const char *var, const char *name, const char *message)
 {
-	char err[4096];
-	int st = spawn_child("", name, err, sizeof err);
+	char err[4096], prefix[256] = "";
+	if (var) { /* qemu-user takes the guest's environment with -E */
+		const char *runner = getenv("RUNNER");
+		snprintf(prefix, sizeof prefix, "%s %s", runner && *runner ? "-E" : "env", var);
+	}
+	int st = spawn_child(prefix, name, err, sizeof err);
 	if (st >= 0 || !strstr(err, message))
 		fprintf(stderr, "child %s: status %d, stderr:\n%s\n", name, st, err);
 	CHECK(st < 0); /* killed by a signal: abort() */
 	CHECK(strstr(err, message));
+}
+
+void test_expect_abort(const char *name, const char *message)
+{
+	test_expect_abort_env(NULL, name, message);
 }
 
 void test_run_shimmed(const char *name)

@@ -84,6 +84,8 @@ const char *test_tmpdir(void);
 void test_run_child(const char *name);
 /* Run child test `name`, which must die of a signal (abort()) with `message` in its stderr. */
 void test_expect_abort(const char *name, const char *message);
+/* The same with one more variable in its environment ("NAME=value"). */
+void test_expect_abort_env(const char *var, const char *name, const char *message);
 /* The same with libweft-shim.so (in the directory above the binary's) preloaded. For programs
  * linked to libweft.so, as the shim needs. */
 void test_run_shimmed(const char *name);
