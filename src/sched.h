@@ -40,7 +40,6 @@ struct worker {
 	atomic_bool standby;          /* a spare no longer needed: see standby() */
 	atomic_bool in_epoll;         /* its idle sleep is in epoll: wake it through the poller */
 	struct timer_wheel timers;
-	struct stack_cache stacks;
 	uint64_t id_next, id_end;     /* block of task ids */
 	_Atomic int64_t spawned, exited; /* live tasks = sum(spawned - exited) over workers;
 					  * written by the owner only (counter_inc) */
@@ -65,6 +64,7 @@ struct worker {
 		uint32_t tick;
 		int64_t since;
 	} *peek;
+	struct stack_cache stacks;    /* last: 8 KiB, touched once per spawn and exit */
 };
 
 /* The worker running the caller, or NULL on a plain thread. A task can resume on another

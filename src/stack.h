@@ -23,9 +23,13 @@ struct stack {
 	unsigned valgrind_id;
 };
 
+/* A worker's free default-size slots (see stack.c): up to two magazines' worth. */
+#define STACK_MAGAZINE 512
+
 struct stack_cache {
-	struct stack *free;
 	int n;
+	int cold; /* slot[0..cold) came from the depot: long out of this worker's cache */
+	struct stack *slot[2 * STACK_MAGAZINE];
 };
 
 /* Once per weft_run, before any stack_get: record_size bytes at the top of each slot hold
