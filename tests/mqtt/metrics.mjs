@@ -10,7 +10,7 @@
 // mosquitto has no such endpoint: against it the tests only start it and pass.
 import net from 'node:net';
 import http from 'node:http';
-import { test, startBroker, client, until, eq, assert, freePort, BROKER } from './lib.mjs';
+import { test, startBroker, client, until, eq, assert, freePort, sleep, BROKER } from './lib.mjs';
 
 async function metricsBroker() {
 	if (BROKER === 'mosquitto') {
@@ -151,6 +151,19 @@ test('metrics_silent_clients', async () => {
 	await until(() => closed === silent.length, 8000, 'the silent clients to be closed');
 });
 
+// A client's end() resolves once its DISCONNECT is written; the broker takes the session offline
+// a little later, and only then do messages for it queue (before, they go out to the closing
+// connection). The connected count drops after that: wait for it.
+async function connectedIs(port, n) {
+	const end = Date.now() + 3000;
+	for (;;) {
+		const got = (await scrape(port)).get('weft_mqtt_clients_connected');
+		if (got === n) return;
+		if (Date.now() > end) throw new Error(`clients connected: got ${got}, want ${n}`);
+		await sleep(5);
+	}
+}
+
 test('metrics_queued_and_dropped', async () => {
 	if (BROKER === 'mosquitto') return void (await startBroker());
 	const port = await freePort();
@@ -159,6 +172,7 @@ test('metrics_queued_and_dropped', async () => {
 	let s = await client(4, { clientId: 'away', clean: false });
 	await s.subscribeAsync('q/#', { qos: 1 });
 	await new Promise((r) => s.end(false, {}, r));
+	await connectedIs(port, 0);
 	const p = await client(4);
 	for (let i = 0; i < 5; i++) await p.publishAsync('q/x', `m${i}`, { qos: 1 });
 	await p.publishAsync('q/x', 'zero', { qos: 0 });
@@ -177,6 +191,7 @@ test('metrics_queued_and_dropped', async () => {
 	let g = await client(4, { clientId: 'gone', clean: false });
 	await g.subscribeAsync('g/#', { qos: 1 });
 	await new Promise((r) => g.end(false, {}, r));
+	await connectedIs(port, 2); // p, and 'away' back
 	for (let i = 0; i < 2; i++) await p.publishAsync('g/x', `g${i}`, { qos: 1 });
 	eq((await scrape(port)).get('weft_mqtt_queued_messages'), 2, 'queued for the second session');
 	g = await client(4, { clientId: 'gone', clean: true });
