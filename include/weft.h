@@ -78,8 +78,8 @@ typedef struct weft_task weft_task;
  * A task that overflows its stack ends the program with "weft: task <id> (<name>) overflowed its
  * <size>-byte stack": at once when its stack has a guard page, as the first $WEFT_STACK_GUARDS
  * stacks do (default: a quarter of vm.max_map_count less 2048, 14,334 on a default kernel, so
- * that half of the mappings stay for the program); beyond that, within 16 switches of the task
- * or when it ends (a canary check).
+ * that half of the mappings stay for the program); beyond that, when the task next parks with
+ * no deadline or ends, or within 16 switches (a canary check).
  */
 #define WEFT_STACK_DEFAULT (64 * 1024) /* bytes */
 #define WEFT_STACK_MIN (16 * 1024)     /* bytes; smaller sizes are rejected with EINVAL */

@@ -528,7 +528,10 @@ static void switch_via_idle(struct worker *w, weft_task *from, weft_task *to, in
 static inline __attribute__((always_inline)) void switch_to(struct worker *w, weft_task *from,
 							     weft_task *to, int left)
 {
-	if (from && !stack_intact(&from->stk, __builtin_frame_address(0), left == TRACE_EXIT))
+	/* The canary is read every time a task ends or parks with no deadline (it may never
+	 * switch again), else at every CANARY_EVERY-th switch (stack.c). */
+	if (from && !stack_intact(&from->stk, __builtin_frame_address(0),
+				  left == TRACE_EXIT || (left == TRACE_PARK && !from->timer.wheel)))
 		overflow_abort(from);
 	if (to && __builtin_expect(atomic_load_explicit(&to->on_cpu, memory_order_acquire), 0)) {
 		if (from) {
@@ -604,9 +607,9 @@ static int poll_now(int64_t every)
 /* Start loading a task that will run soon, whose record and stack are long out of cache when
  * many tasks take turns (10^5 sleepers each run once per pass over all of them): its record,
  * and the frames it parked with, just below the record (stack.h). Not the next one but the
- * one PREFETCH_AHEAD places behind it: a task's pages take a TLB walk and then a dozen misses,
- * longer than a task's turn, and loading only one ahead left most of the wait in place (10^5
- * sleepers: 115 ms against 130). Only with PREFETCH_QUEUE or more tasks queued: behind fewer,
+ * one PREFETCH_AHEAD places behind the head of the ring (itself the one after `next`): a
+ * task's pages take a TLB walk and then a dozen misses, longer than a task's turn, and loading
+ * the head left most of the wait in place (10^5 sleepers: 115 ms against 130). Only with PREFETCH_QUEUE or more tasks queued: behind fewer,
  * a task is still in cache (the one-million-packet run spent 9% of its instructions here when
  * it always prefetched). By address only: the pointer may be stale (a thief took it) and a
  * prefetch never faults. Called when a task parks, not when it yields: a yield ping-pong has

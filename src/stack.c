@@ -12,20 +12,21 @@
  *    $WEFT_STACK_GUARDS (the tests set 0 to reach what follows). A task that overflows
  *    one of them faults on the guard page and weft names it (see task.c).
  *  - Beyond the budget a slot has no guard page. At every switch away from such a task weft
- *    checks that its stack pointer is inside the stack, and at every CANARY_EVERY-th switch
- *    and when the task ends, that the slot's lowest word (the canary) is still zero. Reading an
- *    untouched page maps the kernel's zero page, so the check costs no memory, where writing a
- *    canary value would cost a page per task. It does cost a TLB miss, the canary's page being
- *    one the task seldom touches: read at every switch, it took a tenth of the time of 10^5
- *    tasks sleeping in turn. An overflow is caught after the fact, within CANARY_EVERY
- *    switches of its task. The page the guard would have been still lies between the stack
+ *    checks that its stack pointer is inside the stack, and that the slot's lowest word (the
+ *    canary) is still zero: when the task ends or parks with no deadline (it may never switch
+ *    again), else at every CANARY_EVERY-th switch. Reading an untouched page maps the kernel's
+ *    zero page, so the check costs no memory, where writing a canary value would cost a page
+ *    per task. It does cost a TLB miss, the canary's page being one the task seldom touches:
+ *    read at every switch, it took a tenth of the time of 10^5 tasks sleeping in turn. An
+ *    overflow is caught after the fact: at the task's next untimed park or end, or within
+ *    CANARY_EVERY switches. The page the guard would have been still lies between the stack
  *    and the slot below, so an overflow by less than a page has harmed nothing else by then;
  *    a deeper one may have scribbled on the top of the slot below. The message is the same.
  *
  * Slots are recycled through a per-worker cache (no lock, no system call in steady state): an
  * array of up to two magazines of STACK_MAGAZINE slots, as in Bonwick's slab allocator. A full
  * cache hands its older magazine to the global depot, an empty one takes a magazine from it:
- * a copy of 512 pointers under the lock, so that a worker spawning tasks that end on other
+ * a copy of 512 pointers and a lock, so that a worker spawning tasks that end on other
  * workers goes there once every 512 spawns and touches no record doing so. The free lists
  * linked through the records that this replaces made every move of a slot, and every spawn,
  * wait on a record long out of cache, one dependent miss after another (spawn+join on two
@@ -73,7 +74,8 @@ static struct {
 	long guard_budget;
 	struct region *_Atomic regions;
 	struct magazine *depot; /* full magazines */
-	struct stack *free;   /* single pooled slots: from plain threads, or out of memory */
+	struct stack *free;   /* single pooled slots: put by plain threads, left by a worker going
+			       * to standby, or spilled without memory for a magazine */
 	struct stack *_Atomic odd; /* every odd-sized stack, linked through next */
 	struct stack *odd_free; /* those not in use, linked through free_next */
 	bool valgrind;        /* running under valgrind: register stacks with it */
@@ -111,7 +113,9 @@ void stack_init(size_t record_size)
 	g.valgrind = RUNNING_ON_VALGRIND;
 #endif
 	const char *e = getenv("WEFT_STACK_GUARDS");
-	g.guard_budget = e ? strtol(e, NULL, 10) : read_max_map_count() / 4 - 2048;
+	char *end = NULL;
+	long n = e && *e ? strtol(e, &end, 10) : 0;
+	g.guard_budget = end && !*end ? n : read_max_map_count() / 4 - 2048; /* unset or not a number */
 	if (g.guard_budget < 0)
 		g.guard_budget = 0;
 	pthread_mutex_unlock(&g.lock);
@@ -198,7 +202,7 @@ static void refill(struct stack_cache *c)
 		memcpy(c->slot, m->slot, sizeof m->slot);
 		c->n = STACK_MAGAZINE;
 	}
-	while (!m && g.free && c->n < STACK_MAGAZINE) { /* only plain threads put single slots */
+	while (!m && g.free && c->n < STACK_MAGAZINE) { /* seldom: see g.free */
 		c->slot[c->n++] = g.free;
 		g.free = g.free->next;
 	}
@@ -315,6 +319,7 @@ void stack_cache_drain(struct stack_cache *c)
 		g.free = s;
 	}
 	pthread_mutex_unlock(&g.lock);
+	c->cold = 0;
 }
 
 struct stack *stack_of_guard(const void *addr)

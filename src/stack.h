@@ -28,7 +28,8 @@ struct stack {
 
 struct stack_cache {
 	int n;
-	int cold; /* slot[0..cold) came from the depot: long out of this worker's cache */
+	int cold; /* slot[0..cold) came from elsewhere (the depot, the global list, a new region):
+		   * long out of this worker's cache */
 	struct stack *slot[2 * STACK_MAGAZINE];
 };
 
@@ -42,20 +43,20 @@ void stack_put(struct stack_cache *c, struct stack *s);  /* marks it free: size 
 void stack_cache_drain(struct stack_cache *c);
 /* The record of the slot that contains addr's guard page, or NULL. */
 struct stack *stack_of_guard(const void *addr);
-/* How often the canary of an unguarded stack is read: every CANARY_EVERY-th switch away from
- * its task, and when the task ends (see stack.c). */
+/* How often the canary of an unguarded stack is read: at every CANARY_EVERY-th switch away
+ * from its task, and whenever the caller says it must be (see stack.c). */
 #define CANARY_EVERY 16
 
 /* False when a stack without guard page has overflowed (see stack.c); sp is the stack
- * pointer of its task, taken at a switch away from it (`last`: the task has ended). Called
- * only by the worker running that task. */
-static inline bool stack_intact(struct stack *s, const void *sp, bool last)
+ * pointer of its task, taken at a switch away from it (`now`: read the canary whatever the
+ * count). Called only by the worker running that task. */
+static inline bool stack_intact(struct stack *s, const void *sp, bool now)
 {
 	if (s->guarded)
 		return true;
 	if ((const char *)sp <= (const char *)s->lo)
 		return false;
-	if (!last && ++s->switches < CANARY_EVERY)
+	if (!now && ++s->switches < CANARY_EVERY)
 		return true;
 	s->switches = 0;
 	return *(const uint64_t *)s->lo == 0;
