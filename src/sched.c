@@ -609,12 +609,14 @@ static int poll_now(int64_t every)
  * and the frames it parked with, just below the record (stack.h). Not the next one but the
  * one PREFETCH_AHEAD places behind the head of the ring (itself the one after `next`): a
  * task's pages take a TLB walk and then a dozen misses, longer than a task's turn, and loading
- * the head left most of the wait in place (10^5 sleepers: 115 ms against 130). Only with PREFETCH_QUEUE or more tasks queued: behind fewer,
- * a task is still in cache (the one-million-packet run spent 9% of its instructions here when
- * it always prefetched). By address only: the pointer may be stale (a thief took it) and a
- * prefetch never faults. Called when a task parks, not when it yields: a yield ping-pong has
- * nothing cold to load; nor when the next task came from `next`: such hand-offs go on while
- * the queue waits (at capacity 1, 100+100 tasks on one worker: 2.5% of the instructions). */
+ * the head left most of the wait in place (10^5 sleepers: 115 ms against 130).
+ *
+ * Only with PREFETCH_QUEUE or more tasks queued: behind fewer, a task is still in cache (the
+ * one-million-packet run spent 9% of its instructions here when it always prefetched). By
+ * address only: the pointer may be stale (a thief took it) and a prefetch never faults. Called
+ * when a task parks, not when it yields: a yield ping-pong has nothing cold to load; nor when
+ * the next task came from `next`: such hand-offs go on while the queue waits (at capacity 1,
+ * 100+100 tasks on one worker: 2.5% of the instructions). */
 static inline void prefetch_next(struct runq *q)
 {
 	uint32_t h = atomic_load_explicit(&q->head, memory_order_relaxed);
