@@ -86,8 +86,8 @@ void test_run_child(const char *name);
 void test_expect_abort(const char *name, const char *message);
 /* The same with one more variable in its environment ("NAME=value"). */
 void test_expect_abort_env(const char *var, const char *name, const char *message);
-/* The same with libweft-shim.so (in the directory above the binary's) preloaded. For programs
- * linked to libweft.so, as the shim needs. */
+/* test_run_child with libweft-shim.so (in the directory above the binary's) preloaded. For
+ * programs linked to libweft.so, as the shim needs. */
 void test_run_shimmed(const char *name);
 /* Whether this Linux offers membarrier(2)'s private expedited command (asym.h needs it). */
 bool test_have_membarrier(void);
