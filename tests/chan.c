@@ -1189,8 +1189,8 @@ TEST(offer_and_poll_never_move_the_task)
 /* ---- a task whose calls never wait ---------------------------------------------------------
  * On one worker, a sender on an unbounded channel never waits, but its worker still switches
  * every SLICE_OPS sends, receives or selects that did not wait (sched.h): the task queued
- * behind it runs long before the sender is done. offer and poll never switch: behind a task that only offers,
- * the queued task waits until it is done. */
+ * behind it runs long before the sender is done. offer and poll never switch: behind a task
+ * that only offers, the queued task waits until it is done. */
 
 enum { HOG_SENDS = 4 * SLICE_OPS };
 static atomic_int hog_other_ran;

@@ -335,6 +335,83 @@ TEST(plain_threads_wake_and_join_tasks)
 	RUN(foreign);
 }
 
+/* Stack slots move between the workers' caches, the global depot and the list plain threads
+ * put them on (src/stack.c). Round after round, tasks spawned from every worker, more than two
+ * magazines' worth alive at once, half joined by a task and half by plain threads: every task
+ * alive at once must have a record of its own, and run on its own stack. */
+enum { SLOTS = TEST_CAP(3000), SLOT_SPAWNERS = 4, SLOT_ROUNDS = SLOW ? 4 : 20 };
+static weft_task *slot_task[SLOTS];
+static weft_task *slot_self[SLOTS];
+static atomic_int slots_in;
+static weft_chan *slots_release;
+
+static void slot_holder(void *arg)
+{
+	long i = (long)(intptr_t)arg;
+	weft_task *self = weft_self();
+	char here;
+	CHECK(&here > (char *)self->stk.lo && &here < (char *)self);
+	slot_self[i] = self;
+	atomic_fetch_add(&slots_in, 1);
+	CHECK_EQ(weft_chan_take(slots_release, NULL, 0), -EPIPE);
+}
+
+static void slot_spawner(void *arg)
+{
+	long from = (long)(intptr_t)arg * (SLOTS / SLOT_SPAWNERS);
+	for (long i = from; i < from + SLOTS / SLOT_SPAWNERS; i++)
+		CHECK((slot_task[i] = weft_spawn(slot_holder, (void *)(intptr_t)i)));
+}
+
+static void *slot_thread_joins(void *arg)
+{
+	for (long i = (long)(intptr_t)arg; i < SLOTS; i += 2 * SLOT_SPAWNERS)
+		CHECK_EQ(weft_join(slot_task[i]), 0);
+	return NULL;
+}
+
+static int by_address(const void *a, const void *b)
+{
+	uintptr_t x = (uintptr_t)*(weft_task *const *)a, y = (uintptr_t)*(weft_task *const *)b;
+	return x < y ? -1 : x > y;
+}
+
+static int slots_main(void *arg)
+{
+	(void)arg;
+	for (int r = 0; r < SLOT_ROUNDS; r++) {
+		CHECK((slots_release = weft_chan_new(0, 1)));
+		atomic_store(&slots_in, 0);
+		weft_task *sp[SLOT_SPAWNERS];
+		for (long k = 0; k < SLOT_SPAWNERS; k++)
+			CHECK((sp[k] = weft_spawn(slot_spawner, (void *)(intptr_t)k)));
+		for (int k = 0; k < SLOT_SPAWNERS; k++)
+			CHECK_EQ(weft_join(sp[k]), 0);
+		while (atomic_load(&slots_in) < SLOTS)
+			test_pause();
+		weft_task *sorted[SLOTS];
+		memcpy(sorted, slot_self, sizeof sorted);
+		qsort(sorted, SLOTS, sizeof sorted[0], by_address);
+		for (int i = 1; i < SLOTS; i++)
+			CHECK(sorted[i] != sorted[i - 1]);
+		weft_chan_close(slots_release);
+		pthread_t th[SLOT_SPAWNERS];
+		for (long k = 0; k < SLOT_SPAWNERS; k++) /* odd ones: plain threads */
+			CHECK_EQ(pthread_create(&th[k], NULL, slot_thread_joins, (void *)(2 * k + 1)), 0);
+		for (int i = 0; i < SLOTS; i += 2) /* even ones: this task */
+			CHECK_EQ(weft_join(slot_task[i]), 0);
+		for (int k = 0; k < SLOT_SPAWNERS; k++)
+			CHECK_EQ(pthread_join(th[k], NULL), 0);
+		weft_chan_free(slots_release);
+	}
+	return 0;
+}
+
+TEST(stack_slots_are_never_handed_out_twice)
+{
+	RUN(slots_main);
+}
+
 /* weft_execute with n = 1..1000, from a task and from plain code. */
 static int executes(void *arg)
 {

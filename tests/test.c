@@ -135,13 +135,24 @@ void test_run_child(const char *name)
 	run_child("", name);
 }
 
+/* The prefix (for spawn_child) that adds `vars` ("A=1 B=2") to a child's environment: qemu-user
+ * takes the guest's with one -E per variable. */
+static void env_prefix(char *out, size_t cap, const char *vars)
+{
+	const char *runner = getenv("RUNNER");
+	bool qemu = runner && *runner;
+	size_t n = (size_t)snprintf(out, cap, "%s", qemu ? "" : "env");
+	char copy[1024];
+	snprintf(copy, sizeof copy, "%s", vars);
+	for (char *save, *v = strtok_r(copy, " ", &save); v && n < cap; v = strtok_r(NULL, " ", &save))
+		n += (size_t)snprintf(out + n, cap - n, "%s %s", qemu ? " -E" : "", v);
+}
+
 void test_expect_abort_env(const char *var, const char *name, const char *message)
 {
-	char err[4096], prefix[256] = "";
-	if (var) { /* qemu-user takes the guest's environment with -E */
-		const char *runner = getenv("RUNNER");
-		snprintf(prefix, sizeof prefix, "%s %s", runner && *runner ? "-E" : "env", var);
-	}
+	char err[4096], prefix[1024] = "";
+	if (var)
+		env_prefix(prefix, sizeof prefix, var);
 	int st = spawn_child(prefix, name, err, sizeof err);
 	if (st >= 0 || !strstr(err, message))
 		fprintf(stderr, "child %s: status %d, stderr:\n%s\n", name, st, err);
@@ -156,17 +167,12 @@ void test_expect_abort(const char *name, const char *message)
 
 void test_run_shimmed(const char *name)
 {
-	char dir[512], prefix[1024];
+	char dir[512], vars[1024], prefix[1024];
 	snprintf(dir, sizeof dir, "%s", test_argv0);
-	const char *runner = getenv("RUNNER");
-	/* qemu-user takes the guest's environment with -E; ASan must be told that a preloaded
-	 * library comes before it */
-	if (runner && *runner)
-		snprintf(prefix, sizeof prefix, "-E LD_PRELOAD=%s/../libweft-shim.so", dirname(dir));
-	else
-		snprintf(prefix, sizeof prefix,
-			 "env LD_PRELOAD=%s/../libweft-shim.so ASAN_OPTIONS=verify_asan_link_order=0",
-			 dirname(dir));
+	/* ASan must be told that a preloaded library comes before it */
+	snprintf(vars, sizeof vars,
+		 "LD_PRELOAD=%s/../libweft-shim.so ASAN_OPTIONS=verify_asan_link_order=0", dirname(dir));
+	env_prefix(prefix, sizeof prefix, vars);
 	run_child(prefix, name);
 }
 

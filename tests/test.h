@@ -84,7 +84,8 @@ const char *test_tmpdir(void);
 void test_run_child(const char *name);
 /* Run child test `name`, which must die of a signal (abort()) with `message` in its stderr. */
 void test_expect_abort(const char *name, const char *message);
-/* The same with one more variable in its environment ("NAME=value"). */
+/* The same with more variables in its environment ("NAME=value", several separated by
+ * spaces). */
 void test_expect_abort_env(const char *var, const char *name, const char *message);
 /* test_run_child with libweft-shim.so (in the directory above the binary's) preloaded. For
  * programs linked to libweft.so, as the shim needs. */
