@@ -12,10 +12,11 @@ PREFIX   ?= /usr/local
 SANITIZE ?=
 ARCH     ?=
 WERROR   ?=
+FRAME_POINTERS ?=
 
 CC       ?= cc
 CFLAGS   ?= -O2 -g
-CFLAGS   += -std=gnu11 -Wall -Wextra -fPIC -pthread -Iinclude -iquote src -fno-omit-frame-pointer
+CFLAGS   += -std=gnu11 -Wall -Wextra -fPIC -pthread -Iinclude -iquote src
 LDLIBS   += -pthread
 ifeq ($(CI),true)
 WERROR   := 1
@@ -26,6 +27,13 @@ endif
 
 B        := build
 RUNNER   :=
+# No frame pointers by default (gcc's default at -O2): a channel round trip is a dozen calls
+# deep, and the push, move and pop each one adds cost the one-million-packet run 5-7%
+# (docs/design.md). The sanitizer builds keep them, for their fast unwinder; so does
+# FRAME_POINTERS=1, for `perf record -g` (or use `perf record --call-graph dwarf`).
+ifneq ($(SANITIZE)$(FRAME_POINTERS),)
+CFLAGS   += -fno-omit-frame-pointer
+endif
 ifeq ($(SANITIZE),address)
 B        := build-asan
 CFLAGS   += -fsanitize=address,undefined -fno-sanitize-recover=undefined

@@ -530,7 +530,7 @@ static inline __attribute__((always_inline)) void switch_to(struct worker *w, we
 {
 	/* The canary is read every time a task ends or parks with no deadline (it may never
 	 * switch again), else at every CANARY_EVERY-th switch (stack.c). */
-	if (from && !stack_intact(&from->stk, __builtin_frame_address(0),
+	if (from && !stack_intact(&from->stk, stack_pointer(),
 				  left == TRACE_EXIT || (left == TRACE_PARK && !from->timer.wheel)))
 		overflow_abort(from);
 	if (to && __builtin_expect(atomic_load_explicit(&to->on_cpu, memory_order_acquire), 0)) {

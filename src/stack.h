@@ -47,6 +47,23 @@ struct stack *stack_of_guard(const void *addr);
  * from its task, and whenever the caller says it must be (see stack.c). */
 #define CANARY_EVERY 16
 
+/* The caller's stack pointer. Not __builtin_frame_address(0), which makes gcc give the caller a
+ * frame pointer: sched_park is on every switch's path. */
+static inline __attribute__((always_inline)) const void *stack_pointer(void)
+{
+#if defined(__x86_64__)
+	const void *sp;
+	__asm__("movq %%rsp, %0" : "=r"(sp));
+	return sp;
+#elif defined(__aarch64__)
+	const void *sp;
+	__asm__("mov %0, sp" : "=r"(sp));
+	return sp;
+#else
+	return __builtin_frame_address(0);
+#endif
+}
+
 /* False when a stack without guard page has overflowed (see stack.c); sp is the stack
  * pointer of its task, taken at a switch away from it (`now`: read the canary whatever the
  * count). Called only by the worker running that task. */
