@@ -149,11 +149,13 @@ extern _Atomic int64_t sched_coarse_now __attribute__((visibility("hidden")));
 /* Tasks contend for channels: sched_note_contention says so when a task finds a channel's lock
  * taken by a task on another worker (chan.c). Spreading such tasks over cores makes them
  * slower, not faster (see steal()), so they gather on one worker, sched_gather_worker(): the
- * first to notice contention after a quiet SCHED_CONTENDED_NS, the same for every channel, so
- * that tasks using several of them (a pipeline) are not pulled back and forth. One store per
- * coarse clock tick at most, so the lines stay shared. */
+ * first to notice contention after a quiet spell, the same for every channel, so that tasks
+ * using several of them (a pipeline) are not pulled back and forth. One store per coarse clock
+ * tick at most, so the lines stay shared. The spell is SCHED_CONTENDED_NS, or longer when
+ * gathering keeps lapsing too soon (sched_note_contention). */
 #define SCHED_CONTENDED_NS 2000000
 extern _Atomic int64_t sched_contended_at __attribute__((visibility("hidden")));
+extern _Atomic int64_t sched_gather_ns __attribute__((visibility("hidden")));
 extern atomic_int sched_gather_on __attribute__((visibility("hidden")));
 static inline int sched_gather_worker(void)
 {
