@@ -30,9 +30,13 @@ RUNNER   :=
 # No frame pointers by default (gcc's default at -O2): a channel round trip is a dozen calls
 # deep, and the push, move and pop each one adds cost the one-million-packet run 5-7%
 # (docs/design.md). The sanitizer builds keep them, for their fast unwinder; so does
-# FRAME_POINTERS=1, for `perf record -g` (or use `perf record --call-graph dwarf`).
+# FRAME_POINTERS=1, for `perf record -g` (or use `perf record --call-graph dwarf`). With them,
+# the inlined switch must save rbp itself (src/context.h): WEFT_FRAME_POINTERS says so.
 ifneq ($(SANITIZE)$(FRAME_POINTERS),)
 CFLAGS   += -fno-omit-frame-pointer
+endif
+ifneq ($(filter -fno-omit-frame-pointer,$(CFLAGS)),)
+CFLAGS   += -DWEFT_FRAME_POINTERS
 endif
 ifeq ($(SANITIZE),address)
 B        := build-asan

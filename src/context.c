@@ -11,8 +11,8 @@
 #if defined(__x86_64__) && !defined(WEFT_SAVE_FPU_CONTROL)
 void weft_ctx_begin(void);
 
-/* The first switch jumps to weft_ctx_begin with the stack as ctx_switch leaves it: the saved
- * rbp on top, then (our addition) the argument and the entry. */
+/* The first switch jumps to weft_ctx_begin with the stack as ctx_switch leaves it: an rbp on
+ * top (0, the end of the frame chain), then (our addition) the argument and the entry. */
 void ctx_init(weft_ctx *c, void *lo, size_t size, void (*entry)(void *), void *arg)
 {
 	uintptr_t top = ((uintptr_t)lo + size) & ~(uintptr_t)15;

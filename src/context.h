@@ -13,14 +13,31 @@
 
 #if defined(__x86_64__) && !defined(WEFT_SAVE_FPU_CONTROL)
 /*
- * x86-64: the switch is inlined where it is used. It saves only rbp and a resume address;
- * every other register is declared clobbered, so the compiler saves just the ones that are
- * live across the switch (in the caller's frame, once) instead of a separate function saving
- * all six callee-saved registers again. It resumes the other context with an indirect jump,
- * which the branch predictor learns, where a `ret` into another call chain would miss.
- * The push goes below the stack pointer: safe because every function that switches also
- * makes calls, and GCC puts nothing in the red zone of a function that does.
+ * x86-64: the switch is inlined where it is used. It saves only a resume address (and rbp
+ * when it is the frame pointer); every other register is declared clobbered, so the compiler
+ * saves just the ones that are live across the switch (in the caller's frame, once) instead of
+ * a separate function saving all six callee-saved registers again. It resumes the other
+ * context with an indirect jump, which the branch predictor learns, where a `ret` into another
+ * call chain would miss. The push of rbp goes below the stack pointer: safe because every
+ * function that switches also makes calls, and GCC puts nothing in the red zone of a function
+ * that does.
+ *
+ * Without frame pointers rbp is declared clobbered too, rather than pushed: the compiler kept
+ * a constant in it (a thread-local offset) across the switch, and reading it back from the
+ * other context's stack put a load on the path of every resumed task (bench/switch 5.3-5.5 ns
+ * with it clobbered, 6.0-6.1 ns pushed). Where rbp is the frame pointer it cannot be declared
+ * clobbered, and is pushed as before: at -O0, and wherever the Makefile builds with frame
+ * pointers (it then defines WEFT_FRAME_POINTERS).
  */
+#if defined(__OPTIMIZE__) && !defined(WEFT_FRAME_POINTERS)
+#define CTX_PUSH_RBP ""
+#define CTX_POP_RBP ""
+#define CTX_RBP_CLOBBER "rbp",
+#else
+#define CTX_PUSH_RBP "pushq %%rbp\n\t"
+#define CTX_POP_RBP "popq %%rbp\n\t"
+#define CTX_RBP_CLOBBER
+#endif
 typedef struct weft_ctx {
 	void *sp;
 	void *pc;
@@ -28,18 +45,18 @@ typedef struct weft_ctx {
 
 static inline __attribute__((always_inline)) void ctx_switch(weft_ctx *from, weft_ctx *to)
 {
-	__asm__ __volatile__("pushq %%rbp\n\t"
+	__asm__ __volatile__(CTX_PUSH_RBP
 			     "movq %%rsp, (%%rdi)\n\t"
 			     "leaq 1f(%%rip), %%rax\n\t"
 			     "movq %%rax, 8(%%rdi)\n\t"
 			     "movq (%%rsi), %%rsp\n\t"
 			     "jmpq *8(%%rsi)\n"
 			     "1:\n\t"
-			     "popq %%rbp\n\t"
+			     CTX_POP_RBP
 			     : "+D"(from), "+S"(to)
 			     :
-			     : "rax", "rbx", "rcx", "rdx", "r8", "r9", "r10", "r11", "r12", "r13",
-			       "r14", "r15", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6",
+			     : CTX_RBP_CLOBBER "rax", "rbx", "rcx", "rdx", "r8", "r9", "r10", "r11",
+			       "r12", "r13", "r14", "r15", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6",
 			       "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14",
 			       "xmm15", "st", "st(1)", "st(2)", "st(3)", "st(4)", "st(5)", "st(6)",
 			       "st(7)", "memory", "cc");

@@ -104,7 +104,6 @@ static struct {
 static atomic_bool running;
 _Atomic int64_t sched_coarse_now;
 _Atomic int64_t sched_contended_at;
-_Atomic int64_t sched_gather_ns = SCHED_CONTENDED_NS;
 atomic_int sched_gather_on;
 __thread struct worker *worker_tls __attribute__((tls_model("initial-exec")));
 
@@ -775,15 +774,16 @@ static bool stalled(struct worker *w, struct worker *v)
 }
 
 /*
- * Gathered tasks contend no more, so gathering lapses a quiet spell after it began; idle
- * workers then steal half the gathering worker's queue, and the stolen tasks find the channel
+ * Gathered tasks contend no more, so gathering lapses a quiet spell after it began; an idle
+ * worker then steals half the gathering worker's queue, and the stolen tasks find the channel
  * contended again and move back. While the same tasks keep at it, that cycle repeats every
- * spell, a fence and a hundred moves each time (100+100 tasks on a capacity-1 channel on two
- * workers: one every 2 ms, 4-8% of the run). So a spell that ends in contention within another
- * spell was too short: the next one is twice as long, up to GATHER_MAX_NS; a quiet spell twice
- * as long brings it back to SCHED_CONTENDED_NS.
+ * spell, fences and a hundred moves each time (100+100 tasks on a capacity-1 channel on two
+ * workers: every 2 ms). So a spell that ends in contention within another spell was too short:
+ * the next one is twice as long, up to GATHER_MAX_NS; a quiet spell twice as long brings it back
+ * to SCHED_CONTENDED_NS.
  */
 #define GATHER_MAX_NS 64000000
+static _Atomic int64_t gather_ns = SCHED_CONTENDED_NS; /* the spell */
 
 void sched_note_contention(int me)
 {
@@ -791,12 +791,12 @@ void sched_note_contention(int me)
 		me = weft_worker_id();
 	int64_t now = atomic_load_explicit(&sched_coarse_now, memory_order_relaxed);
 	int64_t at = atomic_load_explicit(&sched_contended_at, memory_order_relaxed);
-	int64_t spell = atomic_load_explicit(&sched_gather_ns, memory_order_relaxed);
+	int64_t spell = atomic_load_explicit(&gather_ns, memory_order_relaxed);
 	if (now - at > spell) {
 		atomic_store_explicit(&sched_gather_on, me, memory_order_relaxed);
 		int64_t next = now - at > 2 * spell ? SCHED_CONTENDED_NS
 			     : spell < GATHER_MAX_NS ? 2 * spell : GATHER_MAX_NS;
-		atomic_store_explicit(&sched_gather_ns, next, memory_order_relaxed);
+		atomic_store_explicit(&gather_ns, next, memory_order_relaxed);
 	}
 	if (at != now)
 		atomic_store_explicit(&sched_contended_at, now, memory_order_relaxed);
@@ -807,7 +807,7 @@ static bool gathering(void)
 {
 	return atomic_load_explicit(&sched_coarse_now, memory_order_relaxed) -
 		       atomic_load_explicit(&sched_contended_at, memory_order_relaxed) <=
-	       atomic_load_explicit(&sched_gather_ns, memory_order_relaxed);
+	       atomic_load_explicit(&gather_ns, memory_order_relaxed);
 }
 
 /* The global queue, for an idle worker. While tasks are being gathered, the gathering worker's
@@ -1660,7 +1660,7 @@ int weft_run(int (*main_task)(void *), void *arg)
 	atomic_store(&sched_coarse_now, weft_now());
 	/* no contention yet: nothing gathers on a worker of an earlier weft_run */
 	atomic_store(&sched_contended_at, INT64_MIN / 2);
-	atomic_store(&sched_gather_ns, SCHED_CONTENDED_NS);
+	atomic_store(&gather_ns, SCHED_CONTENDED_NS);
 	atomic_store(&sched_gather_on, 0);
 	int old_slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
 	S.threads_at_start = threads_before_run();

@@ -155,7 +155,6 @@ extern _Atomic int64_t sched_coarse_now __attribute__((visibility("hidden")));
  * gathering keeps lapsing too soon (sched_note_contention). */
 #define SCHED_CONTENDED_NS 2000000
 extern _Atomic int64_t sched_contended_at __attribute__((visibility("hidden")));
-extern _Atomic int64_t sched_gather_ns __attribute__((visibility("hidden")));
 extern atomic_int sched_gather_on __attribute__((visibility("hidden")));
 static inline int sched_gather_worker(void)
 {
