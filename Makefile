@@ -27,9 +27,9 @@ endif
 
 B        := build
 RUNNER   :=
-# No frame pointers by default (gcc's default at -O2): a channel round trip is a dozen calls
-# deep, and the push, move and pop each one adds cost the one-million-packet run 5-7%
-# (docs/design.md). The sanitizer builds keep them, for their fast unwinder; so does
+# No frame pointers by default (gcc's default at -O2): a park and its wake-up go through half a
+# dozen functions, and the push, move and pop of rbp in each cost the one-million-packet run
+# 5-7% (docs/design.md). The sanitizer builds keep them, for their fast unwinder; so does
 # FRAME_POINTERS=1, for `perf record -g` (or use `perf record --call-graph dwarf`). With them,
 # the inlined switch must save rbp itself (src/context.h): WEFT_FRAME_POINTERS says so.
 ifneq ($(SANITIZE)$(FRAME_POINTERS),)

@@ -780,7 +780,7 @@ static bool stalled(struct worker *w, struct worker *v)
  * spell, fences and a hundred moves each time (100+100 tasks on a capacity-1 channel on two
  * workers: every 2 ms). So a spell that ends in contention within another spell was too short:
  * the next one is twice as long, up to GATHER_MAX_NS; a quiet spell twice as long brings it back
- * to SCHED_CONTENDED_NS.
+ * to SCHED_CONTENDED_NS. Workers that notice the same lapse at once store the same value.
  */
 #define GATHER_MAX_NS 64000000
 static _Atomic int64_t gather_ns = SCHED_CONTENDED_NS; /* the spell */

@@ -36,7 +36,7 @@ export function eq(got, want, what) {
 // Resolves when cond() holds; rejects after ms.
 export async function until(cond, ms, what) {
 	const end = Date.now() + ms;
-	while (!cond()) {
+	while (!(await cond())) {
 		if (Date.now() > end) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
 		await sleep(5);
 	}

@@ -10,7 +10,7 @@
 // mosquitto has no such endpoint: against it the tests only start it and pass.
 import net from 'node:net';
 import http from 'node:http';
-import { test, startBroker, client, until, eq, assert, freePort, sleep, BROKER } from './lib.mjs';
+import { test, startBroker, client, until, eq, assert, freePort, BROKER } from './lib.mjs';
 
 async function metricsBroker() {
 	if (BROKER === 'mosquitto') {
@@ -155,13 +155,8 @@ test('metrics_silent_clients', async () => {
 // a little later, and only then do messages for it queue (before, they go out to the closing
 // connection). The connected count drops after that: wait for it.
 async function connectedIs(port, n) {
-	const end = Date.now() + 3000;
-	for (;;) {
-		const got = (await scrape(port)).get('weft_mqtt_clients_connected');
-		if (got === n) return;
-		if (Date.now() > end) throw new Error(`clients connected: got ${got}, want ${n}`);
-		await sleep(5);
-	}
+	const connected = async () => (await scrape(port)).get('weft_mqtt_clients_connected') === n;
+	await until(connected, 3000, `${n} clients connected`);
 }
 
 test('metrics_queued_and_dropped', async () => {
