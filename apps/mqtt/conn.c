@@ -894,6 +894,9 @@ static void conn_end(conn *c, int rc, bool will)
 		uint8_t *buf = NULL;
 		uint32_t len = 0;
 		WEFT_WITH_LOCK(&s->lock) {
+			/* From here on, deliveries queue in the session (taking_output, session.c):
+			 * what is not written by the end of this would be lost to the client. */
+			c->closing = true;
 			/* A writer task blocked on a client that reads nothing would wait forever:
 			 * after half a second, shut the socket under it. */
 			int64_t dl = weft_now() + 500000000;
@@ -903,7 +906,6 @@ static void conn_end(conn *c, int rc, bool will)
 					shutdown(c->fd, SHUT_RDWR);
 					dl = WEFT_FOREVER;
 				}
-			c->closing = true;
 			/* a bridge stopped by the broker says goodbye to its remote as a client does */
 			uint8_t dd[8], *d = dd;
 			size_t n = 0;

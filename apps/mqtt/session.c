@@ -426,6 +426,14 @@ void sessions_free_all(void)
 
 /* ---- output --------------------------------------------------------------------------------- */
 
+/* Whether s's connection still takes output: attached and not being torn down. Output added
+ * once it closes would be discarded unwritten, and a QoS 1/2 delivery with it would stay inflight
+ * as if sent: resent on the client's return even after its message expired. Lock held. */
+static bool taking_output(const session *s)
+{
+	return s->conn && !s->conn->closing;
+}
+
 static uint8_t *out_room(session *s, size_t n)
 {
 	if (s->out_len + n > s->out_cap) {
@@ -624,7 +632,7 @@ static void start(session *s, dlv *d, int64_t now)
 /* Move queued messages into the window. Lock held. */
 static void fill_window(session *s)
 {
-	if (!s->conn)
+	if (!taking_output(s))
 		return;
 	int64_t now = weft_now();
 	while (s->queue && s->ninflight < s->window) {
@@ -643,7 +651,7 @@ static void fill_window(session *s)
 /* After output was added under the lock: should `by` flush s at the end of its batch? */
 static bool want_flush(session *s, conn *by)
 {
-	if (!s->conn || !s->out_len || s->writing)
+	if (!taking_output(s) || !s->out_len || s->writing)
 		return false;
 	if (!by)
 		return true;
@@ -675,12 +683,12 @@ void session_deliver(session *s, msg *m, int qos, int retain, const uint32_t *su
 		return;
 	}
 	if (qos == 0) {
-		if (!s->conn || s->out_len > conf.qos0_queue_bytes) {
+		if (!taking_output(s) || s->out_len > conf.qos0_queue_bytes) {
 			dropped = true;
 			stats_add(ST_DROP_QOS0, 1);
 		} else
 			dropped = encode_pub(s, m, 0, 0, 0, retain, subids, nsub, now) < 0;
-	} else if (s->conn && !s->queue && s->ninflight < s->window) {
+	} else if (taking_output(s) && !s->queue && s->ninflight < s->window) {
 		dlv *d = dlv_new(m, qos, retain, subids, nsub);
 		if (s->stored) { /* stored as sent already: one write instead of two */
 			d->pid = new_pid(s);
@@ -711,7 +719,7 @@ void session_send(session *s, const void *pkt, size_t n, conn *by)
 {
 	bool flush = false;
 	WEFT_WITH_LOCK(&s->lock) {
-		if (!s->conn)
+		if (!taking_output(s))
 			break;
 		memcpy(out_room(s, n), pkt, n);
 		flush = want_flush(s, by);
@@ -861,13 +869,15 @@ void session_pubrec(session *s, uint16_t pid, int reason, conn *by)
 		dlv *d = inflight_find(s, pid, 2, 0, reason >= 0x80);
 		if (d && reason >= 0x80) {
 			done(s, d); /* the client refused it: the flow ends here */
-		} else if (s->conn) {
-			uint8_t pkt[8];
+		} else {
 			if (d) {
 				d->state = 1;
 				if (d->mid)
 					persist_inflight(s, d);
 			}
+			if (!taking_output(s))
+				break; /* the PUBREL goes out when the client is back (session_resume) */
+			uint8_t pkt[8];
 			size_t n = mq_enc_ack(pkt, s->version, MQ_PUBREL, pid,
 					      d ? 0 : MQ_RC_PACKET_ID_NOT_FOUND, NULL);
 			memcpy(out_room(s, n), pkt, n);

@@ -5,7 +5,8 @@
 // response (response topic, correlation data, content type forwarded; a responder answers);
 // topic aliases from the client (set, then used with an empty topic) and from the broker (a
 // client that allows them gets full topics back through MQTT.js); message expiry (the interval
-// forwarded and counted down; messages queued for an absent client, and retained ones, expire);
+// forwarded and counted down; messages queued for an absent client, or one that is leaving, and
+// retained ones, expire);
 // session expiry (a session outlives its connection by the interval, then is gone); will delay
 // (the will waits for the interval; a client back in time cancels it); the client's maximum
 // packet size (larger messages are not sent to it, it stays connected); session takeover (the
@@ -14,7 +15,8 @@
 // specification: it closes the old connection without the DISCONNECT 0x8E of MQTT 5.0 3.1.4.
 // mosquitto never assigns topic aliases to clients (it need not), so topic_alias_broker only
 // checks that the topics arrive right (and says how many messages came with an alias).
-import { test, startBroker, client, until, eq, assert, sleep, BROKER } from './lib.mjs';
+import { test, startBroker, client, until, eq, assert, sleep, BROKER, raw, connectPacket,
+	subscribePacket, packet, u32, CONNACK, PUBLISH } from './lib.mjs';
 
 const msgs = (c) => c.messages.map((m) => `${m.topic} ${m.payload}`);
 
@@ -150,9 +152,9 @@ test('message_expiry_v5', async () => {
 	const will = { topic: 'me/gone', payload: 'g', qos: 1 };
 	let s = await client(5, { clientId: 'me-away', clean: false, will, properties: { sessionExpiryInterval: 300 } });
 	await s.subscribeAsync('me/q/#', { qos: 1 });
-	// Messages must queue for an offline session: one that is still online (its DISCONNECT read,
-	// not yet acted on) sends them, and what was sent is resent on return, expired or not. The
-	// will asked for by reason code 4 goes out once the session is offline: wait for it.
+	// The will asked for by reason code 4 goes out once the session is offline: wait for it, so
+	// that the messages below find the client away (message_expiry_while_disconnecting_v5 covers
+	// messages that come while it is leaving).
 	await s.endAsync(false, { reasonCode: 4 });
 	await until(() => live.messages.some((m) => m.topic === 'me/gone'), 3000, 'the will');
 	const p = await client(5);
@@ -176,6 +178,41 @@ test('message_expiry_v5', async () => {
 	await late.subscribeAsync('me/#', { qos: 1 });
 	await sleep(300);
 	eq(late.messages.length, 0, 'an expired retained message is not delivered');
+});
+
+// A message that comes while the broker is still closing a connection (its DISCONNECT read,
+// a backlog of output not yet written) waits in the session's queue: it has not been sent, so it
+// can still expire before the client is back.
+test('message_expiry_while_disconnecting_v5', async () => {
+	await startBroker();
+	const expiry300 = Buffer.concat([Buffer.from([0x11]), u32(300)]);
+	const away = async () => {
+		const c = await raw();
+		await c.send(connectPacket({ version: 5, clientId: 'me-closing', clean: false, props: expiry300 }));
+		await until(() => c.of(CONNACK).length, 3000, 'CONNACK');
+		return c;
+	};
+	let s = await away();
+	await s.send(subscribePacket(1, 'mc/#', 1, 5));
+	await until(() => s.of(9).length, 3000, 'SUBACK');
+	s.sock.pause(); // reads nothing more: the broker's output to it backs up
+	const p = await client(5), fill = Buffer.alloc(1000, 120);
+	for (let i = 0; i < 16000; i++) { // 16 MB at QoS 0, more than the sockets hold
+		p.publish('mc/fill', fill, { qos: 0 });
+		if (i % 1000 === 999) await sleep(1);
+	}
+	await p.publishAsync('sync', 'x', { qos: 1 }); // the broker has read the fill
+	await s.send(packet(14, 0, Buffer.from([0, 0]))); // DISCONNECT, normal
+	await sleep(50);
+	await p.publishAsync('mc/short', 's', { qos: 1, properties: { messageExpiryInterval: 1 } });
+	await p.publishAsync('mc/none', 'n', { qos: 1 });
+	await sleep(2200);
+	s.close();
+	s = await away();
+	const topics = () => s.of(PUBLISH).map((pk) => pk.body.subarray(2, 2 + pk.body.readUInt16BE(0)).toString());
+	await until(() => topics().includes('mc/none'), 3000, 'the message that has not expired');
+	await sleep(200);
+	eq(topics().filter((t) => t !== 'mc/fill'), ['mc/none'], 'the expired message is gone');
 });
 
 test('session_expiry_v5', async () => {
