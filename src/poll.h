@@ -12,9 +12,13 @@
 
 /* libweft-shim.so calls the functions marked SHIM_API across the library boundary. They are
  * the only internals libweft.so exports (the rest is hidden: the Makefile's
- * -fvisibility=hidden), under names of their own, weft__poll_*, that no program's symbols
- * can clash with or interpose on. */
+ * -fvisibility=hidden), under names of their own, weft__*, that no program's symbols can
+ * clash with or interpose on. */
 #define SHIM_API(name) __asm__("weft__" #name) __attribute__((visibility("default")))
+
+/* Which copy of weft this is (sched.c): the shim says which one it serves, so that weft_run in
+ * a program with a second copy linked in statically can tell that the shim is not for it. */
+const void *sched_runtime(void) SHIM_API(runtime);
 
 int poll_init(void);
 /* Park the caller until fd is ready for `events` (EPOLLIN and/or EPOLLOUT), the deadline

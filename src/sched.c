@@ -35,6 +35,7 @@
 #define _GNU_SOURCE
 #include "sched.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -102,6 +103,23 @@ static struct {
 } S = { .gq_lock = PTHREAD_MUTEX_INITIALIZER, .idle_lock = PTHREAD_MUTEX_INITIALIZER };
 
 static atomic_bool running;
+
+const void *sched_runtime(void)
+{
+	return &S;
+}
+
+/* libweft-shim.so serves the weft of libweft.so. In a program that has weft linked in
+ * statically as well, the shim does not know this copy's tasks: their blocking calls would
+ * block their workers, silently. Say so. */
+static void check_shim(void)
+{
+	const void *(*served)(void) = (const void *(*)(void))dlsym(RTLD_DEFAULT, "weft__shim_runtime");
+	if (served && served() != sched_runtime())
+		fputs("weft: libweft-shim.so is loaded but serves libweft.so, not the copy of weft "
+		      "linked into this program: blocking calls in its tasks will block their "
+		      "workers. Link the program with -lweft to use the shim.\n", stderr);
+}
 _Atomic int64_t sched_coarse_now;
 _Atomic int64_t sched_contended_at;
 atomic_int sched_gather_on;
@@ -1636,6 +1654,7 @@ int weft_run(int (*main_task)(void *), void *arg)
 		return -EINVAL;
 	if (worker_self() || atomic_exchange(&running, true))
 		return -EBUSY;
+	check_shim();
 	const char *dl = getenv("WEFT_DEADLOCK");
 	S.deadlock_check = !(dl && strcmp(dl, "0") == 0);
 	S.main_fn = main_task;

@@ -16,7 +16,8 @@
  * are left alone: their open file may be shared with other processes (a shell's terminal or
  * pipe), which must not find it non-blocking.
  *
- * The shim must share the program's weft: use it with programs linked to libweft.so.
+ * The shim must share the program's weft: use it with programs linked to libweft.so (weft_run
+ * warns in one that has weft linked in statically, which weft__shim_runtime tells it).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -47,6 +48,12 @@
 		real_##name = (__typeof__(&name))dlsym(RTLD_NEXT, #name);               \
 		__atomic_store_n(&real_##name##_p, real_##name, __ATOMIC_RELAXED);      \
 	}
+
+/* The weft whose tasks the shim serves: libweft.so's (see check_shim in sched.c). */
+__attribute__((visibility("default"))) const void *weft__shim_runtime(void)
+{
+	return sched_runtime();
+}
 
 static bool in_task(void)
 {

@@ -1006,3 +1006,27 @@ TEST(short_reads_with_leftovers_no_edge_announces)
 	setenv("WEFT_WORKERS", "1", 1); /* held means held: no other worker polls */
 	RUN(unannounced_leftovers);
 }
+
+/* ---- the shim beside a static weft ---------------------------------------------------------- */
+
+/* This program has weft linked in statically; libweft-shim.so, preloaded, brings libweft.so's
+ * and serves that one. weft_run says so rather than let blocking calls hold workers silently. */
+static int nothing(void *arg)
+{
+	(void)arg;
+	return 0;
+}
+
+TEST(child_runs_beside_the_shim)
+{
+	RUN(nothing);
+}
+
+#define NOT_FOR_US "libweft-shim.so is loaded but serves libweft.so"
+
+TEST(the_shim_preloaded_into_a_static_weft_program_is_reported)
+{
+	char err[4096];
+	CHECK_EQ(test_spawn_shimmed("child_runs_beside_the_shim", err, sizeof err), 0);
+	CHECK(strstr(err, NOT_FOR_US));
+}

@@ -855,6 +855,15 @@ TEST(select_pselect_and_ppoll_park_the_task_with_select_semantics)
 	test_run_shimmed("child_select");
 }
 
+/* This program links to libweft.so, the weft the shim serves: no warning (tests/io.c has the
+ * static case). */
+TEST(the_shim_serving_the_programs_own_weft_says_nothing)
+{
+	char err[4096];
+	CHECK_EQ(test_spawn_shimmed("child_usleep", err, sizeof err), 0);
+	CHECK(!strstr(err, "libweft-shim.so is loaded"));
+}
+
 /* ---- the shared library's names ----------------------------------------------------------- */
 
 /* Functions of this program that happen to bear the names of weft internals, as any program's

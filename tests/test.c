@@ -165,15 +165,28 @@ void test_expect_abort(const char *name, const char *message)
 	test_expect_abort_env(NULL, name, message);
 }
 
-void test_run_shimmed(const char *name)
+static void shimmed(char *prefix, size_t cap)
 {
-	char dir[512], vars[1024], prefix[1024];
+	char dir[512], vars[1024];
 	snprintf(dir, sizeof dir, "%s", test_argv0);
 	/* ASan must be told that a preloaded library comes before it */
 	snprintf(vars, sizeof vars,
 		 "LD_PRELOAD=%s/../libweft-shim.so ASAN_OPTIONS=verify_asan_link_order=0", dirname(dir));
-	env_prefix(prefix, sizeof prefix, vars);
+	env_prefix(prefix, cap, vars);
+}
+
+void test_run_shimmed(const char *name)
+{
+	char prefix[1024];
+	shimmed(prefix, sizeof prefix);
 	run_child(prefix, name);
+}
+
+int test_spawn_shimmed(const char *name, char *err, size_t cap)
+{
+	char prefix[1024];
+	shimmed(prefix, sizeof prefix);
+	return spawn_child(prefix, name, err, cap);
 }
 
 bool test_have_membarrier(void)

@@ -90,6 +90,8 @@ void test_expect_abort_env(const char *var, const char *name, const char *messag
 /* test_run_child with libweft-shim.so (in the directory above the binary's) preloaded. For
  * programs linked to libweft.so, as the shim needs. */
 void test_run_shimmed(const char *name);
+/* The same without judging: the child's status (as test_spawn), its stderr in err. */
+int test_spawn_shimmed(const char *name, char *err, size_t cap);
 /* Whether this Linux offers membarrier(2)'s private expedited command (asym.h needs it). */
 bool test_have_membarrier(void);
 
