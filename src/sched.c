@@ -114,12 +114,14 @@ const void *sched_runtime(void)
  * block their workers, silently. Say so. */
 static void check_shim(void)
 {
-	const void *(*served)(void) = (const void *(*)(void))dlsym(RTLD_DEFAULT, "weft__shim_runtime");
+	const void *(*served)(void);
+	*(void **)&served = dlsym(RTLD_DEFAULT, "weft__shim_runtime");
 	if (served && served() != sched_runtime())
 		fputs("weft: libweft-shim.so is loaded but serves libweft.so, not the copy of weft "
 		      "linked into this program: blocking calls in its tasks will block their "
 		      "workers. Link the program with -lweft to use the shim.\n", stderr);
 }
+
 _Atomic int64_t sched_coarse_now;
 _Atomic int64_t sched_contended_at;
 atomic_int sched_gather_on;
