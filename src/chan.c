@@ -296,6 +296,11 @@ long chan_bias_revocations(void)
 	return atomic_load_explicit(&bias_revocations, memory_order_relaxed);
 }
 
+int chan_bias_owner(weft_chan *c)
+{
+	return atomic_load_explicit(&c->bias, memory_order_relaxed);
+}
+
 /* The caller as a possible owner: 1 + its worker's id, or 0 (a plain thread, or a worker
  * beyond BIAS_WORKERS). */
 static inline int bias_self(void)

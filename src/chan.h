@@ -15,4 +15,7 @@ bool chan_name_of(const void *obj, char *out, size_t cap, bool may_wait);
 enum chan_bias_mode { CHAN_BIAS_OFF, CHAN_BIAS_ON, CHAN_BIAS_EAGER };
 enum chan_bias_mode chan_bias_mode(void);
 long chan_bias_revocations(void);
+/* 1 + the id of the worker c is biased to, or 0: for tests. */
+struct weft_chan;
+int chan_bias_owner(struct weft_chan *c);
 #endif
