@@ -58,8 +58,8 @@ static inline __attribute__((always_inline)) void ctx_switch(weft_ctx *from, wef
 			     : CTX_RBP_CLOBBER "rax", "rbx", "rcx", "rdx", "r8", "r9", "r10", "r11",
 			       "r12", "r13", "r14", "r15", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4",
 			       "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",
-			       "xmm13", "xmm14", "xmm15", "st", "st(1)", "st(2)", "st(3)", "st(4)", "st(5)", "st(6)",
-			       "st(7)", "memory", "cc");
+			       "xmm13", "xmm14", "xmm15", "st", "st(1)", "st(2)", "st(3)", "st(4)",
+			       "st(5)", "st(6)", "st(7)", "memory", "cc");
 }
 #elif defined(__x86_64__) || defined(__aarch64__)
 #define WEFT_CTX_SWAP 1

@@ -799,11 +799,18 @@ static bool stalled(struct worker *w, struct worker *v)
  * contended again and move back. While the same tasks keep at it, that cycle repeats every
  * spell, fences and a hundred moves each time (100+100 tasks on a capacity-1 channel on two
  * workers: every 2 ms). So a spell that ends in contention within another spell was too short:
- * the next one is twice as long, up to GATHER_MAX_NS; a quiet spell twice as long brings it back
- * to SCHED_CONTENDED_NS. Workers that notice the same lapse at once store the same value.
+ * the next one is twice as long, up to SCHED_GATHER_MAX_NS; a quiet spell twice as long brings
+ * it back to SCHED_CONTENDED_NS (sched_next_spell). Workers that notice the same lapse at once
+ * store the same value.
  */
-#define GATHER_MAX_NS 64000000
 static _Atomic int64_t gather_ns = SCHED_CONTENDED_NS; /* the spell */
+
+int64_t sched_next_spell(int64_t quiet, int64_t spell)
+{
+	if (quiet > 2 * spell)
+		return SCHED_CONTENDED_NS;
+	return spell < SCHED_GATHER_MAX_NS / 2 ? 2 * spell : SCHED_GATHER_MAX_NS;
+}
 
 void sched_note_contention(int me)
 {
@@ -814,9 +821,8 @@ void sched_note_contention(int me)
 	int64_t spell = atomic_load_explicit(&gather_ns, memory_order_relaxed);
 	if (now - at > spell) {
 		atomic_store_explicit(&sched_gather_on, me, memory_order_relaxed);
-		int64_t next = now - at > 2 * spell ? SCHED_CONTENDED_NS
-			     : spell < GATHER_MAX_NS ? 2 * spell : GATHER_MAX_NS;
-		atomic_store_explicit(&gather_ns, next, memory_order_relaxed);
+		atomic_store_explicit(&gather_ns, sched_next_spell(now - at, spell),
+				      memory_order_relaxed);
 	}
 	if (at != now)
 		atomic_store_explicit(&sched_contended_at, now, memory_order_relaxed);

@@ -154,6 +154,10 @@ extern _Atomic int64_t sched_coarse_now __attribute__((visibility("hidden")));
  * tick at most, so the lines stay shared. The spell is SCHED_CONTENDED_NS, or longer when
  * gathering keeps lapsing too soon (sched_note_contention). */
 #define SCHED_CONTENDED_NS 2000000
+#define SCHED_GATHER_MAX_NS 64000000
+/* The spell after one that lapsed: contention came back `quiet` ns after the last, with the
+ * spell at `spell` (sched.c, sched_note_contention). */
+int64_t sched_next_spell(int64_t quiet, int64_t spell);
 extern _Atomic int64_t sched_contended_at __attribute__((visibility("hidden")));
 extern atomic_int sched_gather_on __attribute__((visibility("hidden")));
 static inline int sched_gather_worker(void)

@@ -347,7 +347,7 @@ typedef struct conn {
 	int fd;
 	uint8_t version;
 	bool loopback;
-	bool closing;             /* the connection is being torn down */
+	bool closing;             /* being torn down: set by conn_end, under the session's lock */
 	bool connected;           /* CONNECT accepted */
 	session *s;
 	ebr_reader rd;

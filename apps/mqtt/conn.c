@@ -756,8 +756,6 @@ static int process(conn *c, rd *b, bool *will)
 		}
 		r = handle(c, b->buf + off, (size_t)total, will);
 		off += (uint32_t)total;
-		if (c->closing)
-			break;
 	}
 	if (persist_on && (c->acks.n || c->ticket)) {
 		if (r < 0)
@@ -855,8 +853,6 @@ static void serve(void *arg)
 			will = true;
 			break;
 		}
-		if (c->closing)
-			break;
 		/* A read that filled the buffer means more is waiting: a client that always has
 		 * more (a flood) would keep this worker to itself, its other connections and its
 		 * timers waiting. Let them have a turn after each bufferful. */
