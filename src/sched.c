@@ -11,8 +11,9 @@
  *    ring.
  *  - Tasks switch directly from one to the next (one assembly switch, no detour through a
  *    scheduler stack). Only when a worker has nothing local to run does it switch to its idle
- *    loop, which runs expired timers, takes from the global queue, steals half of another
- *    worker's ring and finally sleeps on a futex until its earliest deadline.
+ *    loop, which runs expired timers, takes from the global queue, asks another worker for
+ *    half its ring (give()) or steals it from one that does not answer, and finally sleeps on
+ *    a futex until its earliest deadline.
  *  - The global queue takes tasks woken by plain threads (and a full ring's overflow). Every
  *    GLOBAL_EVERY switches a worker looks there (and at its timers) first, for fairness.
  *  - A task is "on CPU" from the moment a worker switches to it until the next context has
@@ -441,15 +442,60 @@ static void wake_this(struct worker *v)
 		wake_worker(v);
 }
 
+/* v has tasks in its inbox: make sure it is awake. After the seq_cst push: idle() and rest()
+ * announce themselves before their last look. */
+static void inbox_posted(struct worker *v)
+{
+	if (atomic_load(&S.nidle) || atomic_load(&v->resting))
+		wake_this(v);
+}
+
 /* Make t runnable on v, through its inbox. */
 static void ready_on(struct worker *v, weft_task *t)
 {
 	task_set_state(t, TASK_RUNNABLE);
 	inbox_push(v, t);
-	/* seq_cst push, then nidle and resting: idle() and rest() announce themselves before
-	 * their last look */
-	if (atomic_load(&S.nidle) || atomic_load(&v->resting))
-		wake_this(v);
+	inbox_posted(v);
+}
+
+/*
+ * Asking. A thief's fence (thief_begin) interrupts its victim's core: a few microseconds, and
+ * on a virtual machine 10 or more, for each batch, however small. A worker spawning tasks one
+ * by one beside an idle one would be interrupted for nearly every task, and spend more time on
+ * that than on the spawns (200 spawns on two workers: 2.7 ms against 0.9 on one; 10^6 spawns
+ * in a loop: 158,000 steals by the spares the monitor started). So a thief first asks (ask(),
+ * in steal()), and the victim gives, with no fence: at its next switch or spawn, it takes half
+ * its ring as a thief would (a CAS) and pushes it onto the asker's inbox in one go. A victim
+ * that leaves the ask unanswered for STALL_NS runs one task that neither switches nor spawns:
+ * then the thief steals.
+ */
+static __attribute__((noinline)) void give(struct worker *w)
+{
+	uint32_t who = atomic_exchange_explicit(&w->asked, 0, memory_order_relaxed);
+	/* an ask this old has been served by a steal, if the asker still wanted work */
+	if (!who || who > (uint32_t)atomic_load(&S.n) ||
+	    weft_now() - atomic_load_explicit(&w->asked_at, memory_order_relaxed) >= STALL_NS)
+		return;
+	weft_task *batch[RUNQ_SIZE / 2];
+	uint32_t got = runq_grab(&w->q, batch, RUNQ_SIZE / 2);
+	if (!got)
+		return;
+	struct worker *v = S.w[who - 1];
+	for (uint32_t k = 0; k + 1 < got; k++) /* newest first, as inbox_push leaves them */
+		batch[k + 1]->link = batch[k];
+	weft_task *head = atomic_load_explicit(&v->inbox, memory_order_relaxed);
+	do
+		batch[0]->link = head;
+	while (!atomic_compare_exchange_weak_explicit(&v->inbox, &head, batch[got - 1],
+						      memory_order_seq_cst, memory_order_relaxed));
+	atomic_fetch_add_explicit(&v->given, 1, memory_order_relaxed);
+	inbox_posted(v);
+}
+
+static inline void answer(struct worker *w)
+{
+	if (__builtin_expect(atomic_load_explicit(&w->asked, memory_order_relaxed) != 0, 0))
+		give(w);
 }
 
 void sched_ready_on(weft_task *t, int home)
@@ -488,6 +534,7 @@ void sched_ready_tail(weft_task *t)
 	push_local(w, t);
 	if (more)
 		wake_idle();
+	answer(w); /* a task spawning in a loop does not switch */
 }
 
 void sched_ready_batch(weft_task *const *v, int n)
@@ -653,6 +700,7 @@ static inline void prefetch_next(struct runq *q)
 static inline __attribute__((always_inline)) weft_task *pick(struct worker *w)
 {
 	weft_task *t;
+	answer(w);
 	if (atomic_load_explicit(&w->tick, memory_order_relaxed) % GLOBAL_EVERY == 0) {
 		/* weft_run is ending: back to the idle loop, which stops the worker */
 		if (atomic_load_explicit(&S.stop, memory_order_relaxed))
@@ -856,6 +904,21 @@ static weft_task *global_take(struct worker *w)
 	return global_pop(w);
 }
 
+/* Ask v for half its ring (see give()); true when an ask, ours or another thief's, has been
+ * left unanswered for STALL_NS: then steal. (Its time is written just after its asker; read in
+ * between, it is an older time, and costs at worst an early steal.) */
+static bool ask(struct worker *w, struct worker *v)
+{
+	uint32_t who = 0;
+	int64_t now = weft_now();
+	if (atomic_compare_exchange_strong_explicit(&v->asked, &who, (uint32_t)w->id + 1,
+						    memory_order_relaxed, memory_order_relaxed)) {
+		atomic_store_explicit(&v->asked_at, now, memory_order_relaxed);
+		return false;
+	}
+	return now - atomic_load_explicit(&v->asked_at, memory_order_relaxed) >= STALL_NS;
+}
+
 static weft_task *steal(struct worker *w, bool take_next)
 {
 	weft_task *batch[RUNQ_SIZE / 2];
@@ -879,7 +942,10 @@ static weft_task *steal(struct worker *w, bool take_next)
 			if (inbox_drain(w, v))
 				return pick(w);
 			bool next_too = take_next && round == STEAL_ROUNDS - 1;
-			if (!runq_len(&v->q) && !(next_too && atomic_load(&v->next)))
+			bool ring = runq_len(&v->q) != 0;
+			if (!ring && !(next_too && atomic_load(&v->next)))
+				continue;
+			if (ring && !ask(w, v))
 				continue;
 			if (!thief_begin(v))
 				continue;
@@ -1614,7 +1680,8 @@ int weft_stats(weft_worker_stats *out, int max, uint64_t *foreign)
 			.switches = atomic_load_explicit(&w->tick, memory_order_relaxed),
 			.parks = (uint64_t)atomic_load_explicit(&w->parks, memory_order_relaxed),
 			.wakes = (uint64_t)atomic_load_explicit(&w->wakes, memory_order_relaxed),
-			.steals = (uint64_t)atomic_load_explicit(&w->steals, memory_order_relaxed),
+			.steals = (uint64_t)(atomic_load_explicit(&w->steals, memory_order_relaxed) +
+					     atomic_load_explicit(&w->given, memory_order_relaxed)),
 			.idle_ns = atomic_load_explicit(&w->idle_ns, memory_order_relaxed),
 			.standby = atomic_load(&w->standby),
 		};

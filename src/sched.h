@@ -30,6 +30,8 @@ struct worker {
 	uint32_t slice_ops;           /* channel operations that did not wait (sched_slice) */
 	_Atomic uint32_t in_own;      /* the owner works on q's head and `next` alone (sched.c) */
 	_Atomic uint32_t thieves;     /* thieves working on them: the owner must not be alone */
+	_Atomic uint32_t asked;       /* 1 + the id of a worker asking for half the ring (give()), */
+	_Atomic int64_t asked_at;     /* and since when */
 	uint32_t rng;
 	bool spinning;                /* looking for work to steal (counted in nspinning) */
 	int64_t spin_ns;              /* how long it looks before sleeping (worker_loop) */
@@ -44,6 +46,7 @@ struct worker {
 	_Atomic int64_t spawned, exited; /* live tasks = sum(spawned - exited) over workers;
 					  * written by the owner only (counter_inc) */
 	_Atomic int64_t parks, wakes, steals, idle_ns; /* statistics (weft_stats), owner-written */
+	_Atomic int64_t given;        /* batches others gave it when it asked: counted by them */
 	_Atomic uint32_t wake_word;   /* futex the idle worker sleeps on */
 	struct worker *idle_link;
 	pthread_t thread;
