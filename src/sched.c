@@ -315,11 +315,19 @@ static void thief_end(struct worker *v)
 		atomic_fetch_sub_explicit(&v->thieves, 1, memory_order_release);
 }
 
+static _Atomic long fenced_steals;
+
+long sched_fenced_steals(void)
+{
+	return atomic_load_explicit(&fenced_steals, memory_order_relaxed);
+}
+
 static bool thief_begin(struct worker *v)
 {
 	if (!asym_on())
 		return true;
 	atomic_fetch_add(&v->thieves, 1);
+	atomic_fetch_add_explicit(&fenced_steals, 1, memory_order_relaxed);
 	if (asym_heavy())
 		for (int i = 0; i < THIEF_PATIENCE; i++) {
 			if (!atomic_load_explicit(&v->in_own, memory_order_acquire))

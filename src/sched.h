@@ -170,6 +170,9 @@ static inline int sched_gather_worker(void)
 /* me: the worker to gather on if none is chosen yet; an id this run lacks (a channel biased in
  * an earlier weft_run) stands for the caller's. */
 void sched_note_contention(int me);
+/* Steals that interrupted their victim with a fence since the process began (tests): the rest
+ * of the work that moved between workers was given when asked (sched.c, give()). */
+long sched_fenced_steals(void);
 /* Write a line per live task to fd (at most `max`; dump.c). Returns the number of tasks.
  * in_signal: called from a signal handler, so it must not wait for any lock. */
 int dump_tasks(int fd, int max, bool in_signal);
