@@ -26,10 +26,13 @@ struct stack {
 /* A worker's free default-size slots (see stack.c): up to two magazines' worth. */
 #define STACK_MAGAZINE 512
 
+struct region;
+
 struct stack_cache {
 	int n;
 	int cold; /* slot[0..cold) came from elsewhere (the depot, the global list, a new region):
 		   * long out of this worker's cache */
+	struct region *carving; /* the region this worker carves new slots from */
 	struct stack *slot[2 * STACK_MAGAZINE];
 };
 
