@@ -917,10 +917,12 @@ static weft_task *global_take(struct worker *w)
  * between, it is an older time, and costs at worst an early steal.) */
 static bool ask(struct worker *w, struct worker *v)
 {
-	uint32_t who = 0;
+	/* a load first: a spinning thief must not take the line v reads at every switch */
+	uint32_t who = atomic_load_explicit(&v->asked, memory_order_relaxed);
 	int64_t now = weft_now();
-	if (atomic_compare_exchange_strong_explicit(&v->asked, &who, (uint32_t)w->id + 1,
-						    memory_order_relaxed, memory_order_relaxed)) {
+	if (!who && atomic_compare_exchange_strong_explicit(&v->asked, &who, (uint32_t)w->id + 1,
+							    memory_order_relaxed,
+							    memory_order_relaxed)) {
 		atomic_store_explicit(&v->asked_at, now, memory_order_relaxed);
 		return false;
 	}
