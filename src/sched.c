@@ -475,7 +475,10 @@ static void ready_on(struct worker *v, weft_task *t)
  * in steal()), and the victim gives, with no fence: at its next switch or spawn, it takes half
  * its ring as a thief would (a CAS) and pushes it onto the asker's inbox in one go. A victim
  * that leaves the ask unanswered for STALL_NS runs one task that neither switches nor spawns:
- * then the thief steals.
+ * then the thief steals. The asker spins that long at least, and withdraws its asks once it
+ * stops looking (withdraw_asks): an answer would otherwise hand tasks to a worker busy with
+ * others, or asleep and slow to wake, while their owner could run them at once (weft-mqtt at
+ * a fixed 10,000 msgs/s: p99 470-3,000 us with such answers, 150-1,000 without, as before).
  */
 static __attribute__((noinline)) void give(struct worker *w)
 {
@@ -924,9 +927,24 @@ static bool ask(struct worker *w, struct worker *v)
 							    memory_order_relaxed,
 							    memory_order_relaxed)) {
 		atomic_store_explicit(&v->asked_at, now, memory_order_relaxed);
+		w->ask_until = now + STALL_NS; /* to take the answer, or steal */
 		return false;
 	}
 	return now - atomic_load_explicit(&v->asked_at, memory_order_relaxed) >= STALL_NS;
+}
+
+/* w stops looking for work: an answer now would hand tasks to a worker that must first be
+ * woken, while their owner could run them at once. */
+static void withdraw_asks(struct worker *w)
+{
+	uint32_t me = (uint32_t)w->id + 1;
+	for (int i = 0; i < atomic_load(&S.n); i++) {
+		uint32_t who = me;
+		if (atomic_load_explicit(&S.w[i]->asked, memory_order_relaxed) == me)
+			atomic_compare_exchange_strong_explicit(&S.w[i]->asked, &who, 0,
+								memory_order_relaxed,
+								memory_order_relaxed);
+	}
 }
 
 static weft_task *steal(struct worker *w, bool take_next)
@@ -979,6 +997,7 @@ static weft_task *steal(struct worker *w, bool take_next)
 
 static void stop_spinning(struct worker *w)
 {
+	withdraw_asks(w); /* it has work: what it asked for would wait in its inbox */
 	w->spinning = false;
 	/* The last spinner found work: there may be more, let another look. */
 	if (atomic_fetch_sub(&S.nspinning, 1) == 1)
@@ -1082,6 +1101,7 @@ static void quit_spinning(struct worker *w)
 		w->spinning = false;
 		atomic_fetch_sub(&S.nspinning, 1);
 	}
+	withdraw_asks(w);
 }
 
 /* When a sleeping w must be up: TIMER_SPIN_NS before its earliest deadline (INT64_MAX: none). */
@@ -1277,7 +1297,8 @@ static void worker_loop(struct worker *w)
 			int64_t due = atomic_load_explicit(&w->timers.first, memory_order_relaxed);
 			/* after a rest: long enough to tell a stalled worker (steal()) */
 			int64_t spin = w->rest_ns > REST_MIN_NS ? 2 * STALL_NS : w->spin_ns;
-			if ((w->spinning && now - spin_since < spin) || due - now < TIMER_SPIN_NS) {
+			if ((w->spinning && (now - spin_since < spin || now < w->ask_until)) ||
+			    due - now < TIMER_SPIN_NS) {
 				if (!poll_now(SPIN_POLL_NS))
 					sched_yield(); /* a thread waiting for this core goes first */
 				continue;

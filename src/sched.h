@@ -36,6 +36,7 @@ struct worker {
 	bool spinning;                /* looking for work to steal (counted in nspinning) */
 	int64_t spin_ns;              /* how long it looks before sleeping (worker_loop) */
 	bool declined;                /* this spin saw work it left to its worker (steal) */
+	int64_t ask_until;            /* it asked for work: it spins until then at least (ask()) */
 	int64_t rest_ns;              /* how long it sleeps after such a spin (rest) */
 	atomic_bool resting;          /* in that sleep (or in standby): only wake_this ends it early */
 	atomic_bool in_idle;          /* on the idle list; written under the idle lock */
