@@ -471,17 +471,24 @@ static void ready_on(struct worker *v, weft_task *t)
  * on a virtual machine 10 or more, for each batch, however small. A worker spawning tasks one
  * by one beside an idle one would be interrupted for nearly every task, and spend more time on
  * that than on the spawns (200 spawns on two workers: 2.7 ms against 0.9 on one; 10^6 spawns
- * in a loop: 158,000 steals by the spares the monitor started). So a thief first asks (ask(),
- * in steal()), and the victim gives, with no fence: at its next switch or spawn, it takes half
- * its ring as a thief would (a CAS) and pushes it onto the asker's inbox in one go. A victim
- * that leaves the ask unanswered for STALL_NS runs one task that neither switches nor spawns:
- * then the thief steals. The asker spins that long at least, and withdraws its asks once it
- * stops looking (withdraw_asks): an answer would otherwise hand tasks to a worker busy with
- * others, or asleep and slow to wake, while their owner could run them at once (weft-mqtt at
- * a fixed 10,000 msgs/s: p99 470-3,000 us with such answers, 150-1,000 without, as before).
+ * in a loop: 158,000 steals by the spares the monitor started). So a thief first asks a worker
+ * that is spawning (ask(), in steal()), and the victim gives, with no fence: at its next switch
+ * or spawn, it takes half its ring as a thief would (a CAS) and pushes it onto the asker's
+ * inbox in one go. A victim that leaves the ask unanswered for STALL_NS runs one task that
+ * neither switches nor spawns: then the thief steals. The asker spins that long at least, and
+ * withdraws its asks once it stops looking (withdraw_asks): an answer would otherwise hand
+ * tasks to a worker busy with others, or asleep and slow to wake, while their owner could run
+ * them at once (weft-mqtt at a fixed 10,000 msgs/s: p99 470-3,000 us with such answers,
+ * 150-1,000 without, as before). Only spawners are asked: a worker whose ring fills with
+ * tasks woken by the poller is better stolen from at once (hello-http, wrk with 100
+ * connections: p99 3.0 ms when its workers asked each other, 1.9 ms when they steal).
  */
 static __attribute__((noinline)) void give(struct worker *w)
 {
+	/* One task queued: at a switch we are about to run it, at a spawn the next one makes two.
+	 * The ask stays; should we hold on to that task past STALL_NS, the thief steals it. */
+	if (runq_len(&w->q) < 2)
+		return;
 	uint32_t who = atomic_exchange_explicit(&w->asked, 0, memory_order_relaxed);
 	/* an ask this old has been served by a steal, if the asker still wanted work */
 	if (!who || who > (uint32_t)atomic_load(&S.n) ||
@@ -915,14 +922,29 @@ static weft_task *global_take(struct worker *w)
 	return global_pop(w);
 }
 
-/* Ask v for half its ring (see give()); true when an ask, ours or another thief's, has been
- * left unanswered for STALL_NS: then steal. (Its time is written just after its asker; read in
- * between, it is an older time, and costs at worst an early steal.) */
+/* Has v spawned a task within STALL_NS, as far as w has seen? */
+static bool spawning(struct worker *w, struct worker *v, int64_t now)
+{
+	struct peek *p = &w->peek[v->id];
+	int64_t n = atomic_load_explicit(&v->spawned, memory_order_relaxed);
+	if (n != p->spawned) {
+		p->spawned = n;
+		p->spawned_at = now;
+	}
+	return now - p->spawned_at < STALL_NS;
+}
+
+/* Ask a spawning v for half its ring (see give()). True when w should steal instead: v is not
+ * spawning, or an ask, ours or another thief's, has been left unanswered for STALL_NS. (Its
+ * time is written just after its asker; read in between, it is an older time, and costs at
+ * worst an early steal.) */
 static bool ask(struct worker *w, struct worker *v)
 {
+	int64_t now = weft_now();
+	if (!spawning(w, v, now))
+		return true;
 	/* a load first: a spinning thief must not take the line v reads at every switch */
 	uint32_t who = atomic_load_explicit(&v->asked, memory_order_relaxed);
-	int64_t now = weft_now();
 	if (!who && atomic_compare_exchange_strong_explicit(&v->asked, &who, (uint32_t)w->id + 1,
 							    memory_order_relaxed,
 							    memory_order_relaxed)) {
@@ -1299,8 +1321,11 @@ static void worker_loop(struct worker *w)
 			int64_t spin = w->rest_ns > REST_MIN_NS ? 2 * STALL_NS : w->spin_ns;
 			if ((w->spinning && (now - spin_since < spin || now < w->ask_until)) ||
 			    due - now < TIMER_SPIN_NS) {
-				if (!poll_now(SPIN_POLL_NS))
-					sched_yield(); /* a thread waiting for this core goes first */
+				/* a thread waiting for this core goes first, unless an answer to our
+				 * ask is due: it would wait in our inbox for as long as that thread
+				 * keeps the core */
+				if (!poll_now(SPIN_POLL_NS) && now >= w->ask_until)
+					sched_yield();
 				continue;
 			}
 			if (w->declined) {

@@ -67,6 +67,7 @@ struct worker {
 	struct peek {                 /* a stealer's last look at each victim: see steal() */
 		uint32_t tick;
 		int64_t since;
+		int64_t spawned, spawned_at; /* its spawn count, and when it was seen to change */
 	} *peek;
 	struct stack_cache stacks;    /* last: 8 KiB, touched once per spawn and exit */
 };
