@@ -11,9 +11,9 @@
  *    ring.
  *  - Tasks switch directly from one to the next (one assembly switch, no detour through a
  *    scheduler stack). Only when a worker has nothing local to run does it switch to its idle
- *    loop, which runs expired timers, takes from the global queue, asks another worker for
- *    half its ring (give()) or steals it from one that does not answer, and finally sleeps on
- *    a futex until its earliest deadline.
+ *    loop, which runs expired timers, takes from the global queue, steals half of another
+ *    worker's ring (or asks a spawning one to give it: give()) and finally sleeps on a futex
+ *    until its earliest deadline.
  *  - The global queue takes tasks woken by plain threads (and a full ring's overflow). Every
  *    GLOBAL_EVERY switches a worker looks there (and at its timers) first, for fairness.
  *  - A task is "on CPU" from the moment a worker switches to it until the next context has
