@@ -476,7 +476,7 @@ static void ready_on(struct worker *v, weft_task *t)
  * or spawn, it takes half its ring as a thief would (a CAS) and pushes it onto the asker's
  * inbox in one go. A victim that leaves the ask unanswered for STALL_NS runs one task that
  * neither switches nor spawns: then the thief steals. The asker spins that long at least, and
- * withdraws its asks once it stops looking (withdraw_asks): an answer would otherwise hand
+ * withdraws its asks once it stops looking (stop_looking): an answer would otherwise hand
  * tasks to a worker busy with others, or asleep and slow to wake, while their owner could run
  * them at once (weft-mqtt at a fixed 10,000 msgs/s: p99 470-3,000 us with such answers,
  * 150-1,000 without, as before). Only spawners are asked: a worker whose ring fills with
@@ -508,6 +508,11 @@ static __attribute__((noinline)) void give(struct worker *w)
 						      memory_order_seq_cst, memory_order_relaxed));
 	atomic_fetch_add_explicit(&v->given, 1, memory_order_relaxed);
 	inbox_posted(v);
+	/* The asker found work meanwhile: it may look at its inbox only in a while. Thieves take
+	 * from inboxes too. (seq_cst push, then `looking`; the asker clears `looking`, then looks
+	 * at its inbox: stop_looking) */
+	if (!atomic_load(&v->looking))
+		wake_idle();
 }
 
 static inline void answer(struct worker *w)
@@ -945,6 +950,8 @@ static bool ask(struct worker *w, struct worker *v)
 		return true;
 	/* a load first: a spinning thief must not take the line v reads at every switch */
 	uint32_t who = atomic_load_explicit(&v->asked, memory_order_relaxed);
+	if (!who)
+		atomic_store(&w->looking, true); /* before v can answer */
 	if (!who && atomic_compare_exchange_strong_explicit(&v->asked, &who, (uint32_t)w->id + 1,
 							    memory_order_relaxed,
 							    memory_order_relaxed)) {
@@ -955,10 +962,16 @@ static bool ask(struct worker *w, struct worker *v)
 	return now - atomic_load_explicit(&v->asked_at, memory_order_relaxed) >= STALL_NS;
 }
 
-/* w stops looking for work: an answer now would hand tasks to a worker that must first be
- * woken, while their owner could run them at once. */
-static void withdraw_asks(struct worker *w)
+/* w stops looking for work: an answer now would hand tasks to a worker busy with others, or
+ * asleep, while their owner could run them at once. An answer already on its way lands in w's
+ * inbox: a worker going to sleep looks there last (idle(), rest(), standby()); one that found
+ * work moves it to its ring, where has_queued() and thieves see it, unless give() saw
+ * `looking` cleared first and woke a thief. */
+static void stop_looking(struct worker *w, bool found_work)
 {
+	if (!atomic_load_explicit(&w->looking, memory_order_relaxed))
+		return;
+	atomic_store(&w->looking, false);
 	uint32_t me = (uint32_t)w->id + 1;
 	for (int i = 0; i < atomic_load(&S.n); i++) {
 		uint32_t who = me;
@@ -967,6 +980,8 @@ static void withdraw_asks(struct worker *w)
 								memory_order_relaxed,
 								memory_order_relaxed);
 	}
+	if (found_work && atomic_load(&w->inbox) && inbox_drain(w, w))
+		wake_idle();
 }
 
 static weft_task *steal(struct worker *w, bool take_next)
@@ -1019,7 +1034,7 @@ static weft_task *steal(struct worker *w, bool take_next)
 
 static void stop_spinning(struct worker *w)
 {
-	withdraw_asks(w); /* it has work: what it asked for would wait in its inbox */
+	stop_looking(w, true);
 	w->spinning = false;
 	/* The last spinner found work: there may be more, let another look. */
 	if (atomic_fetch_sub(&S.nspinning, 1) == 1)
@@ -1123,7 +1138,7 @@ static void quit_spinning(struct worker *w)
 		w->spinning = false;
 		atomic_fetch_sub(&S.nspinning, 1);
 	}
-	withdraw_asks(w);
+	stop_looking(w, false);
 }
 
 /* When a sleeping w must be up: TIMER_SPIN_NS before its earliest deadline (INT64_MAX: none). */

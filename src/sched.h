@@ -5,6 +5,7 @@
 #define WEFT_SCHED_H
 
 #include <pthread.h>
+#include <stdalign.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -30,8 +31,6 @@ struct worker {
 	uint32_t slice_ops;           /* channel operations that did not wait (sched_slice) */
 	_Atomic uint32_t in_own;      /* the owner works on q's head and `next` alone (sched.c) */
 	_Atomic uint32_t thieves;     /* thieves working on them: the owner must not be alone */
-	_Atomic uint32_t asked;       /* 1 + the id of a worker asking for half the ring (give()), */
-	_Atomic int64_t asked_at;     /* and since when */
 	uint32_t rng;
 	bool spinning;                /* looking for work to steal (counted in nspinning) */
 	int64_t spin_ns;              /* how long it looks before sleeping (worker_loop) */
@@ -42,7 +41,13 @@ struct worker {
 	atomic_bool in_idle;          /* on the idle list; written under the idle lock */
 	atomic_bool standby;          /* a spare no longer needed: see standby() */
 	atomic_bool in_epoll;         /* its idle sleep is in epoll: wake it through the poller */
-	struct timer_wheel timers;
+	/* Asking (sched.c, give()): a line of its own, which thieves write and the owner reads at
+	 * every switch, so that a thief looking does not pull the lines the owner writes there. */
+	alignas(64) _Atomic uint32_t asked; /* 1 + the id of a worker asking for half the ring, */
+	_Atomic int64_t asked_at;     /* and since when */
+	atomic_bool looking;          /* it may have asks out: give() makes sure someone takes
+				       * what it gives once this is false */
+	alignas(64) struct timer_wheel timers;
 	uint64_t id_next, id_end;     /* block of task ids */
 	_Atomic int64_t spawned, exited; /* live tasks = sum(spawned - exited) over workers;
 					  * written by the owner only (counter_inc) */

@@ -130,8 +130,10 @@ static struct stack *setup(char *map, size_t map_size, bool pooled)
 {
 	struct stack *s = (struct stack *)(map + map_size - g.record);
 	bool guarded = false;
-	if (atomic_load_explicit(&g.guard_budget, memory_order_relaxed) > 0 &&
-	    atomic_fetch_sub(&g.guard_budget, 1) > 0) {
+	long budget = atomic_load_explicit(&g.guard_budget, memory_order_relaxed);
+	while (budget > 0 && !atomic_compare_exchange_weak(&g.guard_budget, &budget, budget - 1))
+		;
+	if (budget > 0) {
 		guarded = mprotect(map, g.page, PROT_NONE) == 0;
 		if (!guarded)
 			atomic_fetch_add(&g.guard_budget, 1);

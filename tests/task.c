@@ -654,8 +654,10 @@ static int spawn_loop(void *arg)
 	CHECK_EQ(all, N);
 	CHECK(atomic_load(&ran_on[me]) < N);
 	/* Asking for work pays when the victim answers within STALL_NS, at its next spawn or
-	 * switch: in the sanitizer builds a spawn alone takes about that long. */
-	CHECK(SLOW || fenced < N / 10); /* 1,700-2,000 when thieves did not ask */
+	 * switch: in the sanitizer builds a spawn alone takes about that long. Without asking:
+	 * 1,550-2,850 fenced steals; with it, 10-50 on a quiet machine, 100-360 on a noisy one,
+	 * where the spawner's core is now and then taken away. */
+	CHECK(SLOW || fenced < N / 4);
 	return 0;
 }
 
