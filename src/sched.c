@@ -390,14 +390,20 @@ __attribute__((noinline)) void sched_ready(weft_task *t)
 }
 
 /* The inbox is a stack any worker pushes onto with a CAS, and its owner (or a worker allowed
- * to steal from it) empties with one exchange. */
-static void inbox_push(struct worker *v, weft_task *t)
+ * to steal from it) empties with one exchange. Pushes the chain newest..oldest, linked through
+ * `link` from newest to oldest. */
+static void inbox_push_chain(struct worker *v, weft_task *newest, weft_task *oldest)
 {
 	weft_task *head = atomic_load_explicit(&v->inbox, memory_order_relaxed);
 	do
-		t->link = head;
-	while (!atomic_compare_exchange_weak_explicit(&v->inbox, &head, t, memory_order_seq_cst,
-						      memory_order_relaxed));
+		oldest->link = head;
+	while (!atomic_compare_exchange_weak_explicit(&v->inbox, &head, newest,
+						      memory_order_seq_cst, memory_order_relaxed));
+}
+
+static void inbox_push(struct worker *v, weft_task *t)
+{
+	inbox_push_chain(v, t, t);
 }
 
 /* Move v's inbox into w's ring, oldest first. Returns how many. */
@@ -489,23 +495,16 @@ static __attribute__((noinline)) void give(struct worker *w)
 	 * The ask stays; should we hold on to that task past STALL_NS, the thief steals it. */
 	if (runq_len(&w->q) < 2)
 		return;
+	/* An ask still out is one its asker has not withdrawn: it is still looking for work. */
 	uint32_t who = atomic_exchange_explicit(&w->asked, 0, memory_order_relaxed);
-	/* an ask this old has been served by a steal, if the asker still wanted work */
-	if (!who || who > (uint32_t)atomic_load(&S.n) ||
-	    weft_now() - atomic_load_explicit(&w->asked_at, memory_order_relaxed) >= STALL_NS)
-		return;
 	weft_task *batch[RUNQ_SIZE / 2];
-	uint32_t got = runq_grab(&w->q, batch, RUNQ_SIZE / 2);
+	uint32_t got = who ? runq_grab(&w->q, batch, RUNQ_SIZE / 2) : 0;
 	if (!got)
 		return;
 	struct worker *v = S.w[who - 1];
 	for (uint32_t k = 0; k + 1 < got; k++) /* newest first, as inbox_push leaves them */
 		batch[k + 1]->link = batch[k];
-	weft_task *head = atomic_load_explicit(&v->inbox, memory_order_relaxed);
-	do
-		batch[0]->link = head;
-	while (!atomic_compare_exchange_weak_explicit(&v->inbox, &head, batch[got - 1],
-						      memory_order_seq_cst, memory_order_relaxed));
+	inbox_push_chain(v, batch[got - 1], batch[0]);
 	atomic_fetch_add_explicit(&v->given, 1, memory_order_relaxed);
 	inbox_posted(v);
 	/* The asker found work meanwhile: it may look at its inbox only in a while. Thieves take
@@ -950,14 +949,15 @@ static bool ask(struct worker *w, struct worker *v)
 		return true;
 	/* a load first: a spinning thief must not take the line v reads at every switch */
 	uint32_t who = atomic_load_explicit(&v->asked, memory_order_relaxed);
-	if (!who)
+	if (!who) {
 		atomic_store(&w->looking, true); /* before v can answer */
-	if (!who && atomic_compare_exchange_strong_explicit(&v->asked, &who, (uint32_t)w->id + 1,
+		if (atomic_compare_exchange_strong_explicit(&v->asked, &who, (uint32_t)w->id + 1,
 							    memory_order_relaxed,
 							    memory_order_relaxed)) {
-		atomic_store_explicit(&v->asked_at, now, memory_order_relaxed);
-		w->ask_until = now + STALL_NS; /* to take the answer, or steal */
-		return false;
+			atomic_store_explicit(&v->asked_at, now, memory_order_relaxed);
+			w->ask_until = now + STALL_NS; /* to take the answer, or steal */
+			return false;
+		}
 	}
 	return now - atomic_load_explicit(&v->asked_at, memory_order_relaxed) >= STALL_NS;
 }

@@ -668,6 +668,64 @@ TEST(an_idle_worker_asks_a_spawning_one_for_work)
 	unsetenv("WEFT_WORKERS");
 }
 
+/* Asking under load: spawners on every worker (more workers than cores), thieves asking and
+ * stealing at once, half the tasks joined by a plain thread. Every task runs exactly once. */
+enum { ASK_SPAWNERS = 8, ASK_EACH = SLOW ? 500 : 4000 };
+static weft_task *ask_tasks[ASK_SPAWNERS][ASK_EACH];
+static atomic_int ask_runs[ASK_SPAWNERS][ASK_EACH];
+
+static void ask_tick(void *arg)
+{
+	atomic_fetch_add((atomic_int *)arg, 1);
+	if ((uintptr_t)arg % 3 == 0)
+		weft_yield();
+}
+
+static void ask_spawner(void *arg)
+{
+	int k = (int)(intptr_t)arg;
+	for (int i = 0; i < ASK_EACH; i++)
+		CHECK((ask_tasks[k][i] = weft_spawn(ask_tick, &ask_runs[k][i])));
+	for (int i = 0; i < ASK_EACH; i += 2)
+		CHECK_EQ(weft_join(ask_tasks[k][i]), 0);
+}
+
+static void *ask_thread_joins(void *arg)
+{
+	(void)arg;
+	for (int k = 0; k < ASK_SPAWNERS; k++)
+		for (int i = 1; i < ASK_EACH; i += 2)
+			CHECK_EQ(weft_join(ask_tasks[k][i]), 0);
+	return NULL;
+}
+
+static int ask_stress(void *arg)
+{
+	(void)arg;
+	weft_task *sp[ASK_SPAWNERS];
+	for (long k = 0; k < ASK_SPAWNERS; k++)
+		CHECK((sp[k] = weft_spawn(ask_spawner, (void *)k)));
+	for (int k = 0; k < ASK_SPAWNERS; k++)
+		CHECK_EQ(weft_join(sp[k]), 0);
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, ask_thread_joins, NULL), 0);
+	CHECK_EQ(pthread_join(th, NULL), 0);
+	for (int k = 0; k < ASK_SPAWNERS; k++)
+		for (int i = 0; i < ASK_EACH; i++)
+			CHECK_EQ(atomic_load(&ask_runs[k][i]), 1);
+	return 0;
+}
+
+TEST(asking_spawners_on_every_worker_lose_and_double_nothing)
+{
+	setenv("WEFT_WORKERS", "4", 1);
+	for (int r = 0; r < 3; r++) {
+		memset(ask_runs, 0, sizeof ask_runs);
+		RUN(ask_stress);
+	}
+	unsetenv("WEFT_WORKERS");
+}
+
 /* A stack overflow names the task; a deadlock lists the blocked tasks. Both run in a child
  * process (this binary, with an argument) and abort it. */
 static int depth(int n)
