@@ -472,9 +472,8 @@ static int epoll_wait_ns(struct epoll_event *ev, int max, struct timespec *tp)
 	return epoll_wait(P.ep, ev, max, ms);
 }
 
-int poll_run(int64_t deadline)
+void poll_collect(struct poll_batch *b, int64_t deadline)
 {
-	struct epoll_event ev[256];
 	struct timespec ts = { 0, 0 }, *tp = NULL;
 	if (deadline != INT64_MAX) {
 		int64_t left = deadline - weft_now();
@@ -482,10 +481,15 @@ int poll_run(int64_t deadline)
 			ts = (struct timespec){ left / 1000000000, left % 1000000000 };
 		tp = &ts;
 	}
-	int n = epoll_wait_ns(ev, 256, tp), woken = 0;
-	for (int i = 0; i < n; i++) {
-		int fd = ev[i].data.fd;
-		uint32_t e = ev[i].events;
+	b->n = epoll_wait_ns(b->ev, POLL_BATCH, tp);
+}
+
+int poll_dispatch(const struct poll_batch *b)
+{
+	int woken = 0;
+	for (int i = 0; i < b->n; i++) {
+		int fd = b->ev[i].data.fd;
+		uint32_t e = b->ev[i].events;
 		if (fd < 0) {
 			uint64_t v;
 			if (sys_read(P.ev, &v, sizeof v) < 0) {
@@ -515,8 +519,23 @@ int poll_run(int64_t deadline)
 	return woken;
 }
 
+int poll_run(int64_t deadline)
+{
+	struct poll_batch b;
+	poll_collect(&b, deadline);
+	return poll_dispatch(&b);
+}
+
+static atomic_long interrupts;
+
+long poll_interrupts(void)
+{
+	return atomic_load_explicit(&interrupts, memory_order_relaxed);
+}
+
 void poll_interrupt(void)
 {
+	atomic_fetch_add_explicit(&interrupts, 1, memory_order_relaxed);
 	uint64_t one = 1;
 	if (sys_write(P.ev, &one, sizeof one) < 0) {
 	}

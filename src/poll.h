@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -35,8 +36,20 @@ int poll_fds(struct pollfd *fds, int n, int64_t deadline) SHIM_API(poll_fds);
 /* Collect ready fds and wake their waiters; waits until `deadline` (0: do not wait,
  * INT64_MAX: until woken). Returns the number of waiters woken. */
 int poll_run(int64_t deadline);
+/* poll_run in two steps, for an idle worker: it collects while it sleeps on the idle list and
+ * wakes the waiters once it is off that list, so that the tasks it readies wake another
+ * worker, not itself (see idle() in sched.c). */
+#define POLL_BATCH 256
+struct poll_batch {
+	int n; /* events in ev, or -1 (errno set) */
+	struct epoll_event ev[POLL_BATCH];
+};
+void poll_collect(struct poll_batch *b, int64_t deadline);
+int poll_dispatch(const struct poll_batch *b);
 /* Make a poll_run in progress return (idle worker being woken). */
 void poll_interrupt(void);
+/* Calls of poll_interrupt since the process began (tests). */
+long poll_interrupts(void);
 /* Tasks parked on fds right now. */
 int poll_waiters(void);
 /* fd is being closed: wake its waiters with -EBADF and forget it. */

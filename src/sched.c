@@ -1148,13 +1148,14 @@ static int64_t wake_by(struct worker *w)
 	return first == INT64_MAX ? first : first - TIMER_SPIN_NS;
 }
 
-/* Sleep in epoll (the poller) or on w's futex word until `until`, counted as idle time. */
-static void sleep_until(struct worker *w, bool poller, int64_t until)
+/* Sleep in epoll (collecting into pb: the poller) or on w's futex word (pb NULL) until
+ * `until`, counted as idle time. */
+static void sleep_until(struct worker *w, struct poll_batch *pb, int64_t until)
 {
 	int64_t slept = weft_now();
 	trace_idle(true);
-	if (poller)
-		poll_run(until);
+	if (pb)
+		poll_collect(pb, until);
 	else
 		futex_wait(&w->wake_word, 0, until);
 	trace_idle(false);
@@ -1162,12 +1163,17 @@ static void sleep_until(struct worker *w, bool poller, int64_t until)
 				      weft_now() - slept, memory_order_relaxed);
 }
 
-/* Nothing to do: sleep until woken or until w's earliest deadline. */
+/*
+ * Nothing to do: sleep until woken or until w's earliest deadline. While tasks wait on fds,
+ * one idle worker sleeps in epoll rather than on its futex. It wakes their tasks only once it
+ * is off the idle list: the second task it readies wakes an idle worker (sched_ready), and
+ * that must be another one, not itself through the eventfd.
+ */
 static void idle(struct worker *w)
 {
 	quit_spinning(w); /* before joining the idle list */
-	/* While tasks wait on fds, one idle worker sleeps in epoll rather than on its futex. */
 	bool poller = poll_waiters() > 0 && !atomic_exchange(&S.polling, true);
+	struct poll_batch pb = { .n = 0 };
 	pthread_mutex_lock(&S.idle_lock);
 	w->idle_link = S.idle;
 	S.idle = w;
@@ -1183,19 +1189,20 @@ static void idle(struct worker *w)
 			check_deadlock();
 			pthread_mutex_unlock(&S.idle_lock);
 		}
-		sleep_until(w, poller, deadline);
+		sleep_until(w, poller ? &pb : NULL, deadline);
 	} else if (poller) {
-		poll_run(0);
-	}
-	if (poller) {
-		atomic_store(&S.last_poll, weft_now());
-		atomic_store(&S.polling, false);
+		poll_collect(&pb, 0);
 	}
 	pthread_mutex_lock(&S.idle_lock);
 	atomic_store(&w->in_epoll, false);
 	if (w->in_idle)
 		idle_remove(w);
 	pthread_mutex_unlock(&S.idle_lock);
+	if (poller) {
+		poll_dispatch(&pb);
+		atomic_store(&S.last_poll, weft_now());
+		atomic_store(&S.polling, false);
+	}
 	monitor_resume();
 }
 
@@ -1218,7 +1225,7 @@ static void rest(struct worker *w)
 	atomic_store(&w->wake_word, 0);
 	atomic_store(&w->resting, true);
 	if (!atomic_load(&w->inbox) && !atomic_load(&S.stop))
-		sleep_until(w, false, until < due ? until : due);
+		sleep_until(w, NULL, until < due ? until : due);
 	atomic_store(&w->resting, false);
 	if (w->rest_ns < REST_MAX_NS)
 		w->rest_ns *= 2;
@@ -1299,7 +1306,7 @@ static void standby(struct worker *w)
 			pthread_mutex_unlock(&S.idle_lock);
 		}
 		if (atomic_load(&w->standby) && !atomic_load(&S.stop) && !atomic_load(&w->inbox))
-			sleep_until(w, false, first);
+			sleep_until(w, NULL, first);
 		/* Under the lock, as nidle changes: a check_deadlock in progress read the count
 		 * before it looked at the queues, and this spare is about to hold tasks again. */
 		pthread_mutex_lock(&S.idle_lock);

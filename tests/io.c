@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -15,6 +16,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "poll.h"
 #include "test.h"
 
 static int listen_port(int fd)
@@ -306,13 +308,6 @@ TEST(blocking_pool_thousand_callers)
 
 static _Atomic int64_t ran_at;
 
-static void spin_for(int64_t ns)
-{
-	int64_t end = weft_now() + ns;
-	while (weft_now() < end) /* never yields */
-		;
-}
-
 static void spin_200ms(void *arg)
 {
 	(void)arg;
@@ -595,6 +590,78 @@ static int poller_goes_busy(void *arg)
 TEST(fds_stay_polled_while_the_poller_runs_a_long_task)
 {
 	with_pipe_writer(poller_goes_busy);
+}
+
+/* ---- the poller readies tasks once it is off the idle list ------------------------------ */
+
+/* An idle worker sleeping in epoll readies the tasks of the fds it finds ready. The second task
+ * it readies wakes an idle worker (sched_ready); while the poller itself was still on the idle
+ * list, that was itself, through the eventfd: a write and an extra epoll round each time.
+ * Here POLLERS tasks poll one pipe, so that one write readies them all in one dispatch, round
+ * after round, on one worker; nothing else interrupts its epoll. */
+enum { POLLERS = 4, POLL_ROUNDS = 50 };
+static int shared_pipe[2];
+static atomic_int poll_wakes;
+
+static void pipe_poller(void *arg)
+{
+	int64_t start = *(int64_t *)arg;
+	for (int r = 0; r < POLL_ROUNDS; r++) {
+		struct pollfd p = { .fd = shared_pipe[0], .events = POLLIN };
+		CHECK_EQ(poll_fds(&p, 1, weft_now() + 2000000000), 1);
+		if (atomic_fetch_add(&poll_wakes, 1) % POLLERS == POLLERS - 1) {
+			char b;
+			CHECK_EQ(read(shared_pipe[0], &b, 1), 1); /* the last of the round drains */
+		}
+		weft_sleep_until(start + (r + 1) * 2 * MS);
+	}
+}
+
+static void *round_writer(void *arg)
+{
+	int64_t start = *(int64_t *)arg;
+	for (int r = 0; r < POLL_ROUNDS; r++) {
+		int64_t at = start + r * 2 * MS + MS; /* the pollers poll from the round's start */
+		while (weft_now() < at)
+			usleep(100);
+		CHECK_EQ(write(shared_pipe[1], "x", 1), 1);
+		while (atomic_load(&poll_wakes) < (r + 1) * POLLERS)
+			usleep(100);
+	}
+	return NULL;
+}
+
+static int pollers_round_after_round(void *arg)
+{
+	(void)arg;
+	CHECK(pipe(shared_pipe) == 0);
+	CHECK_EQ(poll_manage(shared_pipe[0]), 0);
+	static int64_t start;
+	start = weft_now() + 5 * MS;
+	weft_task *t[POLLERS];
+	for (int i = 0; i < POLLERS; i++)
+		t[i] = weft_spawn(pipe_poller, &start);
+	long before = poll_interrupts();
+	pthread_t th;
+	pthread_create(&th, NULL, round_writer, &start);
+	for (int i = 0; i < POLLERS; i++)
+		CHECK_EQ(weft_join(t[i]), 0);
+	pthread_join(th, NULL);
+	long n = poll_interrupts() - before;
+	fprintf(stderr, "%d rounds of %d tasks readied by the poller: %ld interrupts\n",
+		POLL_ROUNDS, POLLERS, n);
+	/* Before, one a round. Under the sanitizers the monitor may take the slowed worker for a
+	 * stuck one and start a spare, whose wake-ups go through the eventfd (5-11). */
+	CHECK(n < (SLOW ? POLL_ROUNDS / 2 : POLL_ROUNDS / 10));
+	weft_close(shared_pipe[0]);
+	close(shared_pipe[1]);
+	return 0;
+}
+
+TEST(the_poller_does_not_interrupt_itself_for_the_tasks_it_readies)
+{
+	setenv("WEFT_WORKERS", "1", 1);
+	RUN(pollers_round_after_round);
 }
 
 /* ---- plain threads use the same calls ---------------------------------------------------- */

@@ -56,12 +56,28 @@ void test_register(const char *name, void (*fn)(void));
 
 #define MS 1000000LL
 
+/* Hold the worker for ns: a computation that never yields. */
+static inline void spin_for(int64_t ns)
+{
+	int64_t end = weft_now() + ns;
+	while (weft_now() < end)
+		;
+}
+
 /* Under the sanitizers stress tests run fewer iterations, with the same checks. */
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 #define SLOW 1
 #else
 #define SLOW 0
 #endif
+
+/* Whether the tests run under an emulator (qemu-user for cross builds, $RUNNER: tests/run.sh),
+ * where each instruction takes several times as long. */
+static inline bool test_emulated(void)
+{
+	const char *r = getenv("RUNNER");
+	return r && *r;
+}
 
 /* Pause 100 us: parks a task, sleeps a plain thread. */
 void test_pause(void);
