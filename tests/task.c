@@ -623,12 +623,9 @@ TEST(worker_ids)
  * interrupting it with a steal's fence at nearly every spawn (sched.c, give()). */
 static atomic_int ran_on[64]; /* per worker: two, and the spares the monitor may start */
 
-static void short_work(void *arg)
+static void count_worker(void *arg)
 {
 	(void)arg;
-	int64_t end = weft_now() + 2000;
-	while (weft_now() < end)
-		;
 	int id = weft_worker_id();
 	CHECK(id >= 0 && id < 64);
 	atomic_fetch_add(&ran_on[id], 1);
@@ -640,12 +637,25 @@ static int spawn_loop(void *arg)
 	enum { N = 4000 };
 	static weft_task *t[N];
 	int me = weft_worker_id();
-	long fenced = sched_fenced_steals();
-	for (int i = 0; i < N; i++)
-		CHECK((t[i] = weft_spawn(short_work, NULL)));
-	for (int i = 0; i < N; i++)
-		CHECK_EQ(weft_join(t[i]), 0);
-	fenced = sched_fenced_steals() - fenced;
+	/* The spawner spawns one no-op task every 5 us, well within a thief's patience (STALL_NS,
+	 * 10 us): so an idle worker finds one task at a time in its ring, and without asking it
+	 * interrupts the spawner for nearly each one (450-580 fenced steals; with asking 24-49).
+	 * The first round maps the stacks the second reuses: on some virtual machines a fresh
+	 * stack's page faults cost 30 us, more than the thief's patience, and there a spawner of
+	 * fresh stacks is stolen from, not asked. */
+	long fenced = 0;
+	for (int round = 0; round < 2; round++) {
+		for (int i = 0; i < 64; i++)
+			atomic_store(&ran_on[i], 0);
+		fenced = sched_fenced_steals();
+		for (int i = 0; i < N; i++) {
+			CHECK((t[i] = weft_spawn(count_worker, NULL)));
+			spin_for(5000);
+		}
+		for (int i = 0; i < N; i++)
+			CHECK_EQ(weft_join(t[i]), 0);
+		fenced = sched_fenced_steals() - fenced;
+	}
 	int all = 0;
 	for (int i = 0; i < 64; i++)
 		all += atomic_load(&ran_on[i]);
@@ -653,11 +663,9 @@ static int spawn_loop(void *arg)
 		all - atomic_load(&ran_on[me]), all, fenced);
 	CHECK_EQ(all, N);
 	CHECK(atomic_load(&ran_on[me]) < N);
-	/* Asking for work pays when the victim answers within STALL_NS, at its next spawn or
-	 * switch: in the sanitizer builds a spawn alone takes about that long. Without asking:
-	 * 1,550-2,850 fenced steals; with it, 10-50 on a quiet machine, 100-360 on a noisy one,
-	 * where the spawner's core is now and then taken away. */
-	CHECK(SLOW || fenced < N / 4);
+	/* In the sanitizer builds and under qemu a spawn alone takes about the thief's patience
+	 * (under qemu: 320 fenced steals): there the test checks only that the work spread. */
+	CHECK(SLOW || test_emulated() || fenced < N / 16);
 	return 0;
 }
 
