@@ -251,11 +251,23 @@ static int queued(weft_mutex *m)
 	return n;
 }
 
+/* Long enough for W2 to queue behind it first: under TSan a thread takes milliseconds to
+ * start (with 2 ms, W1 sometimes gave up before it was seen queued, and the test hung). */
 static void *gives_up(void *arg)
 {
 	(void)arg;
-	CHECK_EQ(weft_mutex_lock_until(&lock, weft_now() + 2 * MS), -ETIMEDOUT);
+	CHECK_EQ(weft_mutex_lock_until(&lock, weft_now() + 200 * MS), -ETIMEDOUT);
 	return NULL;
+}
+
+/* Wait until `n` nodes are queued on the lock; fail after 5 s rather than hang. */
+static void await_queued(int n)
+{
+	int64_t end = weft_now() + 5000 * MS;
+	while (queued(&lock) < n) {
+		CHECK(weft_now() < end);
+		sched_yield();
+	}
 }
 
 static void *waits(void *arg)
@@ -275,11 +287,9 @@ TEST(child_unwoken_head_leaves_membarrier_fails)
 	unsigned seen = __atomic_load_n(&lock._flags, __ATOMIC_RELAXED); /* the unlock's load */
 	pthread_t a, b;
 	CHECK_EQ(pthread_create(&a, NULL, gives_up, NULL), 0);
-	while (queued(&lock) < 1)
-		sched_yield();
+	await_queued(1);
 	CHECK_EQ(pthread_create(&b, NULL, waits, NULL), 0);
-	while (queued(&lock) < 2)
-		sched_yield();
+	await_queued(2);
 	CHECK_EQ(pthread_join(a, NULL), 0);
 	__atomic_store_n(&lock._locked, 0, __ATOMIC_RELEASE); /* the unlock's store, at last */
 	CHECK_EQ(seen, 0);
