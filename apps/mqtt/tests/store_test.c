@@ -347,8 +347,10 @@ static int t_group(void *arg)
 		(unsigned long long)s.writes, (unsigned long long)s.commits,
 		(double)s.writes / (double)s.commits, (double)s.commit_ns / 1e6 / (double)s.commits);
 	CHECK_EQ(s.writes, WRITERS * PER_WRITER);
-	/* 64 tasks each waiting for its write: commits carry many writes each */
-	CHECK(s.commits * 4 <= s.writes);
+	/* 64 tasks each waiting for its write: commits carry many writes each (one each without
+	 * group commit). Under TSan a writer's own work takes about as long as a commit (2.9
+	 * writes per commit on a VM where a page fault costs 10 us). */
+	CHECK(s.commits * (SLOW ? 2 : 4) <= s.writes);
 	char *txt = load_text(gst);
 	int n = 0;
 	for (char *p = txt; (p = strstr(p, "\nQ ")); p++)
