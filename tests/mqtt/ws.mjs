@@ -139,10 +139,14 @@ c.on('connect', () => c.subscribe('browser/self/#', { qos: 1 }, () => {
 		const lines = sub.out().split('\n').filter((l) => l.startsWith('browser/self/'));
 		eq(lines, ['browser/self/hello 13', 'browser/self/big 100000'], 'mosquitto_sub on TCP got the page\'s messages');
 	} finally {
-		browser.proc.kill('SIGKILL');
+		const gone = new Promise((r) => browser.proc.on('exit', r));
+		if (browser.proc.exitCode === null && browser.proc.signalCode === null) {
+			browser.proc.kill('SIGKILL');
+			await Promise.race([gone, sleep(5000)]);
+		}
 		srv.close();
 		sub.proc.kill();
-		await sleep(100);
-		rmSync(profile, { recursive: true, force: true });
+		// Chromium's helper processes may still write to the profile for a moment
+		rmSync(profile, { recursive: true, force: true, maxRetries: 20, retryDelay: 100 });
 	}
 });
