@@ -129,8 +129,11 @@ c.on('connect', () => c.subscribe('browser/self/#', { qos: 1 }, () => {
 	});
 	await new Promise((r) => srv.listen(0, '127.0.0.1', r));
 	const profile = mkdtempSync(path.join(os.tmpdir(), 'mqtt-chromium-'));
-	const browser = start('chromium', ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run',
-		'--disable-dev-shm-usage', `--user-data-dir=${profile}`, `http://127.0.0.1:${srv.address().port}/`]);
+	// In a process group of its own: its helper processes write to the profile too, and all of
+	// them must be gone before it is removed.
+	const browser = spawn('chromium', ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run',
+		'--disable-dev-shm-usage', `--user-data-dir=${profile}`, `http://127.0.0.1:${srv.address().port}/`],
+	{ stdio: 'ignore', detached: true });
 	try {
 		await until(() => result !== null, 15000, 'the page to report');
 		console.log(`page reported: ${result}`);
@@ -139,14 +142,11 @@ c.on('connect', () => c.subscribe('browser/self/#', { qos: 1 }, () => {
 		const lines = sub.out().split('\n').filter((l) => l.startsWith('browser/self/'));
 		eq(lines, ['browser/self/hello 13', 'browser/self/big 100000'], 'mosquitto_sub on TCP got the page\'s messages');
 	} finally {
-		const gone = new Promise((r) => browser.proc.on('exit', r));
-		if (browser.proc.exitCode === null && browser.proc.signalCode === null) {
-			browser.proc.kill('SIGKILL');
-			await Promise.race([gone, sleep(5000)]);
-		}
+		const group = (sig) => { try { process.kill(-browser.pid, sig); return true; } catch { return false; } };
+		group('SIGKILL');
+		for (let i = 0; i < 50 && group(0); i++) await sleep(100);
 		srv.close();
 		sub.proc.kill();
-		// Chromium's helper processes may still write to the profile for a moment
-		rmSync(profile, { recursive: true, force: true, maxRetries: 20, retryDelay: 100 });
+		rmSync(profile, { recursive: true, force: true });
 	}
 });
