@@ -212,7 +212,7 @@ int Ex(const Ex_in *in, Ex_out *out, Ex_atoms *a)
 	return 0;
 }
 
-static atomic_int ro_readers;
+static atomic_int ro_readers, ro_started;
 
 static void read_table(int k, int **t)
 {
@@ -223,6 +223,11 @@ static void read_table(int k, int **t)
 		for (int m = atomic_load(&max_readers); r > m;)
 			if (atomic_compare_exchange_weak(&max_readers, &m, r))
 				break;
+		/* the first two wait for each other: a fixed nap raced with dispatch (under TSan) */
+		int64_t end = weft_now() + 5000 * MS;
+		if (atomic_fetch_add(&ro_started, 1) < 2)
+			while (atomic_load(&max_readers) < 2 && weft_now() < end)
+				nap(100000);
 		nap(2000000);
 		atomic_fetch_sub(&ro_readers, 1);
 		return;
@@ -402,7 +407,8 @@ TEST(guard_taken_twice_ordered_by_key)
 /* ---- stop and kill ----------------------------------------------------------------------- */
 
 #define SN 60
-#define SLOW_MS 4 /* each Slow event */
+#define SLOW_MS (SLOW ? 20 : 4) /* each Slow event: under TSan, tearing down the dropped
+				* events of a kill took 112 ms, and 4 ms events drained as fast */
 static atomic_int sgen_next;
 static atomic_int slow_started, slow_done, one_holders, one_bad;
 static int one_value;
