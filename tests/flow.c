@@ -224,10 +224,8 @@ static void read_table(int k, int **t)
 			if (atomic_compare_exchange_weak(&max_readers, &m, r))
 				break;
 		/* the first two wait for each other: a fixed nap raced with dispatch (under TSan) */
-		int64_t end = weft_now() + 5000 * MS;
 		if (atomic_fetch_add(&ro_started, 1) < 2)
-			while (atomic_load(&max_readers) < 2 && weft_now() < end)
-				nap(100000);
+			test_await(&max_readers, 2);
 		nap(2000000);
 		atomic_fetch_sub(&ro_readers, 1);
 		return;
@@ -268,15 +266,6 @@ int Wr(const Wr_in *in, Wr_out *out, Wr_atoms *a)
  * naps: 1 or 2 holders at most). */
 static atomic_int po_started;
 
-static void pool_pile_up(void)
-{
-	int64_t end = weft_now() + 5000 * MS; /* a failure, not a hang */
-	if (atomic_fetch_add(&po_started, 1) >= POOL)
-		return;
-	while (atomic_load(&pool_now) < POOL && weft_now() < end)
-		nap(100000);
-}
-
 int Pl(const Pl_in *in, Pl_out *out, Pl_atoms *a)
 {
 	(void)out;
@@ -289,8 +278,8 @@ int Pl(const Pl_in *in, Pl_out *out, Pl_atoms *a)
 	for (int m = atomic_load(&pool_max); now > m;)
 		if (atomic_compare_exchange_weak(&pool_max, &m, now))
 			break;
-	if (in->k == PO_KEY)
-		pool_pile_up();
+	if (in->k == PO_KEY && atomic_fetch_add(&po_started, 1) < POOL)
+		test_await(&pool_now, POOL);
 	nap(30000);
 	atomic_fetch_sub(&pool_now, 1);
 	if (c >= conns && c < conns + POOL)

@@ -627,8 +627,7 @@ static void *round_writer(void *arg)
 		while (weft_now() < at)
 			usleep(100);
 		CHECK_EQ(write(shared_pipe[1], "x", 1), 1);
-		while (atomic_load(&poll_wakes) < (r + 1) * POLLERS)
-			usleep(100);
+		test_await(&poll_wakes, (r + 1) * POLLERS);
 	}
 	return NULL;
 }

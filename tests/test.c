@@ -139,8 +139,7 @@ void test_run_child(const char *name)
  * takes the guest's with one -E per variable. */
 static void env_prefix(char *out, size_t cap, const char *vars)
 {
-	const char *runner = getenv("RUNNER");
-	bool qemu = runner && *runner;
+	bool qemu = test_emulated();
 	size_t n = (size_t)snprintf(out, cap, "%s", qemu ? "" : "env");
 	char copy[1024];
 	snprintf(copy, sizeof copy, "%s", vars);
