@@ -52,10 +52,13 @@ int64_t weft_now(void);
  * 10 ms while work waits behind it has that work taken over by an idle worker, or by a spare
  * worker thread when none is idle; a spare stops taking work (standby) once more workers than
  * CPUs have been free for a second, so that a program does not go on with more workers than
- * cores, and is called back when needed again.
+ * cores, and is called back when needed again. At a light load (the workers together using
+ * less CPU time than one fewer could give, over 100 ms) workers are parked the same way, one
+ * at a time, and called back as soon as work waits; weft_stats shows them in standby.
  *
- * Environment: WEFT_WORKERS=n; WEFT_PIN=0 leaves the workers unpinned; WEFT_DEADLOCK=0 turns
- * off deadlock detection; WEFT_SPARE_MS=m keeps spares m ms instead of a second.
+ * Environment: WEFT_WORKERS=n; WEFT_PIN=0 leaves the workers unpinned; WEFT_PARK=0 keeps every
+ * worker at work; WEFT_DEADLOCK=0 turns off deadlock detection; WEFT_SPARE_MS=m keeps spares
+ * m ms instead of a second.
  */
 int weft_run(int (*main_task)(void *), void *arg);
 
@@ -168,8 +171,9 @@ typedef struct weft_worker_stats {
 	uint64_t wakes;    /* tasks woken here: by hand-off, deadline or cancel */
 	uint64_t steals;   /* batches of tasks taken from other workers */
 	int64_t idle_ns;   /* time spent asleep (futex or epoll) */
-	int standby;       /* 1: a spare in standby, taking no work until the monitor needs it
-			    * again (a spare stops once the worker it was started for is back) */
+	int standby;       /* 1: in standby, taking no work until the monitor needs it again: a
+			    * spare once the worker it was started for is back, or a worker
+			    * parked at a light load (weft_run) */
 } weft_worker_stats;
 
 /*

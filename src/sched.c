@@ -30,6 +30,8 @@
  *  - A monitor thread gives the queue of a worker held by one task (a blocking call the shim
  *    does not cover, a long computation) to an idle worker, or to a spare worker thread when
  *    none is idle; a spare goes to standby once it is not needed (standby()).
+ *  - At a light load the monitor parks workers (park_or_unpark): they go to standby too, and
+ *    the rest do the work without waking them; it brings them back as soon as work queues.
  *  - Deadlock: when every worker sleeps with no deadline pending, tasks are alive, and no
  *    thread outside weft could wake them, weft prints the blocked tasks and aborts.
  */
@@ -86,6 +88,9 @@ static struct {
 	atomic_int gq_n;              /* its length, written under gq_lock */
 	atomic_int nidle, nspinning, nstandby;
 	atomic_int surplus;           /* spares that may go to standby now (the monitor's count) */
+	atomic_int active;            /* workers 0..active-1 take work; the other nominal ones are
+				       * parked (park_or_unpark); always `nominal` without parking */
+	bool parking;                 /* $WEFT_PARK is not 0 */
 	pthread_mutex_t idle_lock;
 	struct worker *idle;
 	atomic_bool stop;
@@ -1255,12 +1260,20 @@ static void hand_over(struct worker *w)
 		wake_idle();
 }
 
+/* Whether the monitor has parked w, a nominal worker (park_or_unpark): seq_cst, against the
+ * monitor's store of `active` and its look at `standby`. */
+static inline bool parked(struct worker *w)
+{
+	return w->id >= atomic_load(&S.active) && w->id < S.nominal;
+}
+
 /* A spare about to go idle may go to standby instead once the monitor has counted more workers
- * free to work than cores for STANDBY_NS (S.surplus: the worker it was started for is back). */
+ * free to work than cores for STANDBY_NS (S.surplus: the worker it was started for is back);
+ * a nominal worker, once the monitor has parked it. */
 static bool take_surplus(struct worker *w)
 {
 	if (w->id < S.nominal)
-		return false;
+		return parked(w);
 	int n = atomic_load(&S.surplus);
 	while (n > 0)
 		if (atomic_compare_exchange_weak(&S.surplus, &n, n - 1))
@@ -1296,7 +1309,10 @@ static void standby(struct worker *w)
 	 * unpolled fds would not: it sleeps too once every worker does. */
 	if (poll_waiters() > 0 && !atomic_load(&S.polling))
 		wake_idle();
-	while (atomic_load(&w->standby) && !atomic_load(&S.stop)) {
+	/* A parked worker looks at `active` after its store of `standby`: the monitor that
+	 * unparks it stores `active` before it looks at `standby`, so one of the two sees the
+	 * other. A spare is never wanted this way (w->id >= S.active). */
+	while (atomic_load(&w->standby) && !atomic_load(&S.stop) && w->id >= atomic_load(&S.active)) {
 		atomic_store(&w->wake_word, 0);
 		hand_over(w);
 		atomic_fetch_add(&S.nstandby, 1);
@@ -1306,7 +1322,8 @@ static void standby(struct worker *w)
 			check_deadlock();
 			pthread_mutex_unlock(&S.idle_lock);
 		}
-		if (atomic_load(&w->standby) && !atomic_load(&S.stop) && !atomic_load(&w->inbox))
+		if (atomic_load(&w->standby) && !atomic_load(&S.stop) && !atomic_load(&w->inbox) &&
+		    w->id >= atomic_load(&S.active))
 			sleep_until(w, NULL, first);
 		/* Under the lock, as nidle changes: a check_deadlock in progress read the count
 		 * before it looked at the queues, and this spare is about to hold tasks again. */
@@ -1314,7 +1331,12 @@ static void standby(struct worker *w)
 		atomic_fetch_sub(&S.nstandby, 1);
 		pthread_mutex_unlock(&S.idle_lock);
 	}
+	atomic_store(&w->standby, false);
 	atomic_store(&w->resting, false);
+	if (!atomic_load(&S.stop)) { /* back to look for work, as rescue() wakes an idle worker */
+		w->spinning = true;
+		atomic_fetch_add(&S.nspinning, 1);
+	}
 }
 
 /*
@@ -1457,25 +1479,136 @@ static void stop_all(void)
  * time (10^5 sleepers spawned in waves by weft_execute: 15% slower with 100 ms). */
 #define STANDBY_NS 1000000000
 
+/* End v's standby: it comes back looking for work (standby()). */
+static void resume(struct worker *v)
+{
+	atomic_store(&v->standby, false);
+	wake_worker(v);
+}
+
+/*
+ * Parking. At a light load a second worker costs more than it saves: the tasks it wakes for,
+ * it steals with a fence (membarrier: an interrupt of the victim's core) or finds already run,
+ * and every sleep and wake-up is a context switch on a second core. weft-mqtt at a fixed 10,000
+ * msgs/s used 74 us of CPU per message on two workers against 44 on one. So the monitor keeps
+ * only as many workers at work as the load needs, judging from their threads' CPU time and
+ * their queues:
+ *
+ *  - It parks one when, over PARK_WINDOW_NS, the active workers together used less CPU time
+ *    than one fewer could have given (their spinning counts too, so two workers at a light
+ *    load use more of it than one would). The parked worker, the highest active id, goes to
+ *    standby on its way to sleep (take_surplus), handing over what it still holds, and
+ *    wake_idle no longer finds it.
+ *  - It unparks one as soon as work waits: two tasks or more queued on an active worker (its
+ *    ring and `next`), or any in its inbox, at UNPARK_QUEUED looks in a row; or every active
+ *    worker busy for more than UNPARK_CPU percent of UNPARK_WINDOW_NS. A burst waits a few
+ *    milliseconds for the parked worker; a worker held by one task is rescued by it before
+ *    the monitor would start a spare (STUCK_NS), and start_spare unparks first too.
+ *  - An unpark starts the window again: a worker once brought back stays at least that long.
+ *
+ * Idle workers are not parked: asleep on the idle list they cost nothing. $WEFT_PARK=0 keeps
+ * every worker at work.
+ */
+#define PARK_WINDOW_NS 100000000
+#define UNPARK_QUEUED 5
+#define UNPARK_CPU 90
+#define UNPARK_WINDOW_NS 10000000
+
+static struct {
+	int queued;          /* looks in a row with work waiting on an active worker */
+	int64_t since;       /* start of the current short window (UNPARK_WINDOW_NS) */
+	int64_t window_cpu;  /* CPU time of the active workers in this long window, */
+	int64_t window_ns;   /* and its length so far */
+	int64_t unparked_at; /* the last unpark */
+} park; /* the monitor's alone */
+
+static int64_t thread_cpu(struct worker *w);
+static void nudge_to_standby(void);
+
+/* Bring back the lowest parked worker; false if none is parked. */
+static bool unpark(void)
+{
+	int active = atomic_load(&S.active);
+	if (active >= S.nominal)
+		return false;
+	atomic_store(&S.active, active + 1); /* before the look at `standby`: see standby() */
+	struct worker *v = S.w[active];
+	if (atomic_load(&v->standby))
+		resume(v);
+	v->park_cpu = thread_cpu(v);
+	park.window_cpu = park.window_ns = 0;
+	park.unparked_at = weft_now();
+	return true;
+}
+
+/* The CPU time the active workers used since the last short window; the least any used. */
+static int64_t active_cpu(int active, int64_t *least)
+{
+	int64_t sum = 0;
+	*least = INT64_MAX;
+	for (int i = 0; i < active; i++) {
+		struct worker *w = S.w[i];
+		int64_t c = thread_cpu(w), used = c >= 0 && w->park_cpu >= 0 ? c - w->park_cpu : 0;
+		w->park_cpu = c;
+		sum += used;
+		*least = used < *least ? used : *least;
+	}
+	return sum;
+}
+
+static bool work_waits(struct worker *w)
+{
+	return runq_len(&w->q) + (atomic_load(&w->next) != NULL) >= 2 || atomic_load(&w->inbox);
+}
+
+/* At every look of the monitor (MONITOR_NS). */
+static void park_or_unpark(int64_t now)
+{
+	int active = atomic_load(&S.active);
+	bool waits = false;
+	for (int i = 0; i < active; i++)
+		waits |= work_waits(S.w[i]);
+	park.queued = waits ? park.queued + 1 : 0;
+	if (park.queued >= UNPARK_QUEUED && unpark())
+		return;
+	int64_t span = now - park.since;
+	if (span < UNPARK_WINDOW_NS)
+		return;
+	park.since = now;
+	int64_t least, cpu = active_cpu(active, &least);
+	if (span > 2 * UNPARK_WINDOW_NS) /* the monitor slept, as every worker did */
+		return;
+	if (100 * least > UNPARK_CPU * span && unpark())
+		return;
+	if (active < 2)
+		return;
+	park.window_cpu += cpu;
+	park.window_ns += span;
+	if (park.window_ns < PARK_WINDOW_NS)
+		return;
+	if (park.window_cpu < (active - 1) * park.window_ns) {
+		atomic_store(&S.active, active - 1);
+		nudge_to_standby();
+	}
+	park.window_cpu = park.window_ns = 0;
+}
+
 static bool has_work(struct worker *w, int64_t now)
 {
 	return runq_len(&w->q) || atomic_load(&w->next) || atomic_load(&w->inbox) ||
 	       atomic_load(&w->timers.first) <= now;
 }
 
-/* A spare in standby goes back to work (standby() returns); else a new one starts. */
+/* A parked worker goes back to work, else a spare in standby does; else a new one starts. */
 static void start_spare(void)
 {
+	if (unpark())
+		return;
 	int n = atomic_load(&S.n);
 	for (int i = S.nominal; i < n; i++) {
 		struct worker *v = S.w[i];
 		if (atomic_load(&v->standby)) {
-			/* it comes back looking for work to steal, as rescue() wakes an idle one;
-			 * standby() has quit spinning and leaves the flag alone until this store */
-			atomic_fetch_add(&S.nspinning, 1);
-			v->spinning = true;
-			atomic_store(&v->standby, false);
-			wake_worker(v);
+			resume(v);
 			return;
 		}
 	}
@@ -1541,6 +1674,8 @@ static bool spare_helps(struct worker *w, int64_t now)
 static bool rescue(struct worker *w, int64_t now)
 {
 	if (atomic_load(&S.nidle) == 0) {
+		if (now - park.unparked_at < STUCK_NS)
+			return false; /* a worker just unparked is on its way to take that queue */
 		if (!spare_helps(w, now))
 			return w->probe_at == 0; /* still looking, or the kernel's business */
 		start_spare();
@@ -1561,13 +1696,14 @@ static bool rescue(struct worker *w, int64_t now)
 	return true;
 }
 
-/* More workers are free than there are cores: a spare asleep on the idle list is woken, to go
- * to standby (it does so only on its way to sleep: take_surplus). */
-static void nudge_idle_spare(void)
+/* More workers are free than there are cores, or one was parked: a spare or a parked worker
+ * asleep on the idle list is woken, to go to standby (it does so only on its way to sleep:
+ * take_surplus), where wake_idle no longer finds it. */
+static void nudge_to_standby(void)
 {
 	pthread_mutex_lock(&S.idle_lock);
 	struct worker *v = S.idle;
-	while (v && v->id < S.nominal)
+	while (v && v->id < S.nominal && !parked(v))
 		v = v->idle_link;
 	if (v)
 		idle_remove(v);
@@ -1648,7 +1784,9 @@ static void *monitor(void *arg)
 		bool spare_idle = spare_since && now - spare_since >= S.standby_ns;
 		atomic_store(&S.surplus, spare_idle || free < S.nominal ? free - S.nominal : 0);
 		if (spare_idle)
-			nudge_idle_spare();
+			nudge_to_standby();
+		if (S.parking)
+			park_or_unpark(now);
 		/* Fds waited on and nobody polling for STUCK_NS: the poller went off to run a task
 		 * that now holds its worker (the poller is chosen as a worker goes to sleep, in
 		 * idle()), and the other idle workers sleep on their futexes. Wake one: it comes
@@ -1710,6 +1848,10 @@ static int init_workers(int n)
 	S.standby_ns = e && *e ? strtoll(e, NULL, 10) * 1000000 : STANDBY_NS;
 	atomic_store(&S.nstandby, 0);
 	atomic_store(&S.surplus, 0);
+	atomic_store(&S.active, n);
+	e = getenv("WEFT_PARK");
+	S.parking = n > 1 && !(e && strcmp(e, "0") == 0);
+	memset(&park, 0, sizeof park);
 	S.cap = n + (n > 4 ? n : 4);
 	S.w = calloc((size_t)S.cap, sizeof *S.w);
 	if (!S.w)

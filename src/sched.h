@@ -64,6 +64,7 @@ struct worker {
 	uint32_t seen_tick;           /* the monitor's: tick when last looked at, and since when */
 	int64_t seen_since;
 	int64_t probe_at, probe_cpu;  /* the monitor's: the thread's CPU time when it looked stuck */
+	int64_t park_cpu;             /* the monitor's: the thread's CPU time at its last look */
 	uint32_t moved_tick;          /* the monitor's: tick when last seen moving or idle, and when */
 	int64_t moved_at;
 	clockid_t cpu_clock;          /* the thread's CPU-time clock, valid once tid is set */

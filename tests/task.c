@@ -734,6 +734,138 @@ TEST(asking_spawners_on_every_worker_lose_and_double_nothing)
 	unsetenv("WEFT_WORKERS");
 }
 
+/* ---- parking: a light load leaves one worker at work; work that waits brings the rest back */
+
+/* How many of the n workers running are not in standby; *mine: whether this task's is. */
+static int workers_at_work(int *n, bool *mine)
+{
+	weft_worker_stats st[64];
+	*n = weft_stats(st, 64, NULL);
+	CHECK(*n >= 1);
+	int working = 0;
+	for (int i = 0; i < *n; i++)
+		working += !st[i].standby;
+	*mine = !st[weft_worker_id()].standby;
+	return working;
+}
+
+/* A light load: wake every millisecond until this task's worker is the only one at work, or
+ * until `ms` have passed. Returns how many workers are at work. (A parked worker still runs
+ * the task it holds; it goes to standby once it has nothing to run, handing over the timer of
+ * a task sleeping there, which then wakes on a worker at work.) */
+static int tick_until_alone(int64_t ms)
+{
+	int n, working = 0;
+	bool mine = false;
+	for (int64_t end = weft_now() + ms * MS; weft_now() < end;) {
+		if ((working = workers_at_work(&n, &mine)) == 1 && mine)
+			break;
+		CHECK_EQ(weft_sleep_until(weft_now() + MS), 0);
+	}
+	return working;
+}
+
+static _Atomic int64_t parked_since, back_after;
+
+/* 100 ms of computing in 1 ms slices. Notes when a task first runs beside worker 0. */
+static void slices(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 100; i++) {
+		int64_t none = 0;
+		if (weft_worker_id() != 0)
+			atomic_compare_exchange_strong(&back_after, &none,
+						       weft_now() - atomic_load(&parked_since));
+		spin_for(MS);
+		weft_yield();
+	}
+}
+
+static int park_then_work(void *arg)
+{
+	(void)arg;
+	int n;
+	bool mine;
+	CHECK_EQ(workers_at_work(&n, &mine), 2);
+	CHECK_EQ(n, 2);
+	CHECK_EQ(tick_until_alone(3000), 1); /* 100-200 ms here */
+	/* Four tasks queued on the one worker at work: 400 ms of work for it alone. */
+	atomic_store(&back_after, 0);
+	atomic_store(&parked_since, weft_now());
+	weft_task *t[4];
+	for (int i = 0; i < 4; i++)
+		CHECK((t[i] = weft_spawn(slices, NULL)));
+	for (int i = 0; i < 4; i++)
+		CHECK_EQ(weft_join(t[i]), 0);
+	int64_t back = atomic_load(&back_after);
+	fprintf(stderr, "the parked worker ran the queued work after %.1f ms\n", back / 1e6);
+	/* It comes back after UNPARK_QUEUED looks of the monitor (5 ms); 400 ms if never. */
+	CHECK(back > 0 && back < 100 * MS);
+	return 0;
+}
+
+TEST(a_light_load_parks_a_worker_and_queued_work_brings_it_back)
+{
+	setenv("WEFT_WORKERS", "2", 1);
+	RUN(park_then_work);
+	unsetenv("WEFT_WORKERS");
+}
+
+/* A worker held by one task: the parked one takes the tasks queued behind it, and no spare
+ * thread starts. */
+static atomic_int ran_behind;
+
+static void note_ran(void *arg)
+{
+	(void)arg;
+	atomic_fetch_add(&ran_behind, 1);
+}
+
+static int park_then_hold(void *arg)
+{
+	(void)arg;
+	CHECK_EQ(tick_until_alone(3000), 1); /* 100-200 ms here */
+	weft_task *t[4];
+	for (int i = 0; i < 4; i++)
+		CHECK((t[i] = weft_spawn(note_ran, NULL)));
+	int64_t end = weft_now() + 200 * MS, ran_at = 0;
+	while (weft_now() < end) /* hold the worker, no yield */
+		if (!ran_at && atomic_load(&ran_behind) == 4)
+			ran_at = 200 * MS - (end - weft_now());
+	for (int i = 0; i < 4; i++)
+		CHECK_EQ(weft_join(t[i]), 0);
+	int n;
+	bool mine;
+	workers_at_work(&n, &mine);
+	fprintf(stderr, "the tasks behind the held worker ran after %.1f ms\n", ran_at / 1e6);
+	CHECK(ran_at > 0 && ran_at < 100 * MS);
+	CHECK_EQ(n, 2);
+	return 0;
+}
+
+TEST(a_parked_worker_takes_the_queue_of_a_held_one)
+{
+	setenv("WEFT_WORKERS", "2", 1);
+	RUN(park_then_hold);
+	unsetenv("WEFT_WORKERS");
+}
+
+static int light_load(void *arg)
+{
+	(void)arg;
+	CHECK_EQ(tick_until_alone(1000), 2); /* ten times as long as parking takes */
+	return 0;
+}
+
+TEST(weft_park_0_keeps_every_worker_at_work)
+{
+	setenv("WEFT_WORKERS", "2", 1);
+	setenv("WEFT_PARK", "0", 1);
+	RUN(light_load);
+	unsetenv("WEFT_PARK");
+	unsetenv("WEFT_WORKERS");
+}
+
 /* A stack overflow names the task; a deadlock lists the blocked tasks. Both run in a child
  * process (this binary, with an argument) and abort it. */
 static int depth(int n)
