@@ -1298,7 +1298,13 @@ static bool take_surplus(struct worker *w)
  */
 static void standby(struct worker *w)
 {
+	/* A waker that saw us spinning left its task for us to find (wake_idle): idle() looks
+	 * once more after it stops spinning, and so must we, or that task waits in the global
+	 * queue with every worker asleep (a TSan run of tests/observe.c hung so, once parking
+	 * sent workers here often). */
 	quit_spinning(w);
+	if (work_anywhere())
+		wake_idle();
 	atomic_store(&w->resting, true);
 	atomic_store(&w->standby, true);
 	int home = w->id;
