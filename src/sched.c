@@ -1281,6 +1281,15 @@ static bool take_surplus(struct worker *w)
 	return false;
 }
 
+/* Until the monitor ends w's standby (resume) or unparks it. A parked worker looks at `active`
+ * after its store of `standby`: the monitor that unparks it stores `active` before it looks at
+ * `standby`, so one of the two sees the other. A spare is never wanted this way (its id is at
+ * least S.active). */
+static bool stays_in_standby(struct worker *w)
+{
+	return atomic_load(&w->standby) && !atomic_load(&S.stop) && w->id >= atomic_load(&S.active);
+}
+
 /*
  * Standby: a spare the monitor started for a stuck worker (see the monitor below), once it is
  * no longer needed. Left running, spares would add up, and a program would go on with more
@@ -1315,10 +1324,7 @@ static void standby(struct worker *w)
 	 * unpolled fds would not: it sleeps too once every worker does. */
 	if (poll_waiters() > 0 && !atomic_load(&S.polling))
 		wake_idle();
-	/* A parked worker looks at `active` after its store of `standby`: the monitor that
-	 * unparks it stores `active` before it looks at `standby`, so one of the two sees the
-	 * other. A spare is never wanted this way (w->id >= S.active). */
-	while (atomic_load(&w->standby) && !atomic_load(&S.stop) && w->id >= atomic_load(&S.active)) {
+	while (stays_in_standby(w)) {
 		atomic_store(&w->wake_word, 0);
 		hand_over(w);
 		atomic_fetch_add(&S.nstandby, 1);
@@ -1328,8 +1334,7 @@ static void standby(struct worker *w)
 			check_deadlock();
 			pthread_mutex_unlock(&S.idle_lock);
 		}
-		if (atomic_load(&w->standby) && !atomic_load(&S.stop) && !atomic_load(&w->inbox) &&
-		    w->id >= atomic_load(&S.active))
+		if (stays_in_standby(w) && !atomic_load(&w->inbox))
 			sleep_until(w, NULL, first);
 		/* Under the lock, as nidle changes: a check_deadlock in progress read the count
 		 * before it looked at the queues, and this spare is about to hold tasks again. */
