@@ -25,20 +25,26 @@
 # keeps Nagle's algorithm on, which batches its small writes (less CPU per message, a little
 # throughput lost where a QoS 0 subscriber never answers and delayed ACKs hold the writes);
 # MOSQUITTO_NODELAY=1 runs it with set_tcp_nodelay true instead.
+# The traffic scenarios also run against mqtt-floor (floor.c): not a broker but the least one
+# can do here (one thread in epoll, one system call per packet in or out, nothing tracked).
+# Its CPU per message is what the kernel alone charges on this machine; the "/floor" rows
+# compare the brokers with it.
 # RUNS, SCENARIOS (a subset of the traffic scenarios' names) and BROKERS (of "weft-mqtt",
-# "weft-mqtt-1w", "mosquitto") narrow a run down while working on the broker.
+# "weft-mqtt-1w", "mosquitto", "floor") narrow a run down while working on the broker.
 # weft-mqtt runs as `weft-mqtt -p PORT` (its defaults). Where build/bin/weft-mqtt (beside this
 # script's build directory) is missing, only mosquitto is measured, and stderr says so.
 set -u
 BENCH=mqtt
 . "$(dirname "$0")/mqtt-lib.sh" # here, load, weft, RUNS, tmp, PORT, PID, emit, ...
 
-# Start broker $1 (mosquitto, weft-mqtt, or weft-mqtt-1w: WEFT_WORKERS=1) on a free port:
-# PORT[$1], PID[$1].
+# Start broker $1 (mosquitto, weft-mqtt, weft-mqtt-1w: WEFT_WORKERS=1, or floor) on a free
+# port: PORT[$1], PID[$1].
 start_broker() {
 	local port
 	port=$(free_port)
-	if [ "$1" = mosquitto ]; then
+	if [ "$1" = floor ]; then
+		"$here/bin/mqtt-floor" "$port" 2>"$tmp/$1.log" &
+	elif [ "$1" = mosquitto ]; then
 		cat > "$tmp/mosquitto.conf" <<-EOF
 		listener $port 127.0.0.1
 		allow_anonymous true
@@ -130,6 +136,12 @@ measure() { # brokers...
 		done
 		for who in "$@"; do summarize "$who" "$sc"; done
 	done
+	# the floor speaks only enough MQTT for the traffic scenarios
+	local brokers=()
+	for who in "$@"; do
+		if [ "$who" = floor ]; then stop_broker floor; else brokers+=("$who"); fi
+	done
+	set -- "${brokers[@]}"
 	for mode in seq par; do
 		for _ in $(seq "$RUNS"); do
 			for who in "$@"; do
@@ -199,6 +211,7 @@ if [ -x "$weft" ]; then
 else
 	echo "bench/mqtt: $weft is not built: measuring mosquitto only" >&2
 fi
+[ -x "$here/bin/mqtt-floor" ] && brokers="$brokers floor"
 brokers=${BROKERS:-$brokers}
 echo "bench/mqtt: $brokers, $RUNS runs of each scenario, taking turns" >&2
 # shellcheck disable=SC2086
@@ -214,6 +227,8 @@ ratios() { # weft broker, its label
 		ratio "$2/mosquitto $sc cpu" "x" "$w.cpu_us_per_msg" "$m.cpu_us_per_msg" \
 			"CPU per delivered msg ratio; target <= 0.5"
 		ratio "$2/mosquitto $sc p99" "x" "$w.p99_us" "$m.p99_us" "p99 latency ratio; target <= 1 in rate"
+		ratio "$2/floor $sc cpu" "x" "$w.cpu_us_per_msg" "$tmp/floor.$sc.cpu_us_per_msg" \
+			"CPU per delivered msg against mqtt-floor's (one thread, a system call per packet)"
 	done
 	for mode in seq par; do
 		ratio "$2/mosquitto storm $mode" "x" "$tmp/$1.storm-$mode.rate" \
@@ -228,4 +243,8 @@ if [ -x "$weft" ]; then
 	ratios weft-mqtt weft
 	ratios weft-mqtt-1w weft-1w
 fi
+for sc in $SCENARIOS; do
+	ratio "mosquitto/floor $sc cpu" "x" "$tmp/mosquitto.$sc.cpu_us_per_msg" \
+		"$tmp/floor.$sc.cpu_us_per_msg" "CPU per delivered msg against mqtt-floor's"
+done
 exit 0
