@@ -1,7 +1,7 @@
 /*
  * hello-http: a minimal HTTP/1.1 keep-alive server answering "Hello, World!" to every request
  * (the TechEmpower plaintext shape), one task per connection.  Usage: hello-http [port]
- * Pipelined requests are answered in one write.
+ * Pipelined requests are answered in one write per 16.
  */
 #define _GNU_SOURCE
 #include <stdbool.h>
@@ -34,9 +34,11 @@ static void serve(void *arg)
 		char *end;
 		/* one reply per complete request head, written 16 at a time */
 		while ((end = memmem(in + done, have - done, "\r\n\r\n", 4))) {
-			if (len == sizeof out && !flush(fd, out, len))
-				goto out;
-			len %= sizeof out;
+			if (len == sizeof out) {
+				if (!flush(fd, out, len))
+					goto out;
+				len = 0;
+			}
 			memcpy(out + len, reply, sizeof reply - 1);
 			len += sizeof reply - 1;
 			done = (size_t)(end - in) + 4;
