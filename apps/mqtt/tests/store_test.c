@@ -496,6 +496,28 @@ static void drain(int fd, int64_t until)
 	}
 }
 
+static bool crash_any_told(int round)
+{
+	for (int t = 0; t < CRASH_TASKS; t++)
+		for (int i = 0; i < MAXI; i++)
+			if (told[round][t][i] & 1)
+				return true;
+	return false;
+}
+
+/* Read a child's reports with drain_fn until it has told something durable (any_told; 60 s at
+ * most), then for 0 to spread_ms more: the kill that follows lands at a random point of the
+ * child's work. Not at a fixed time from the fork: under TSan on two cores the child took more
+ * than the 100 ms that gave it to open the store and commit its first group. */
+static void until_killed(void (*drain_fn)(int, int64_t), bool (*any_told)(int), int fd, int round,
+			 int spread_ms)
+{
+	int64_t give_up = weft_now() + 60000 * MS;
+	while (!any_told(round) && weft_now() < give_up)
+		drain_fn(fd, weft_now() + 10 * MS);
+	drain_fn(fd, weft_now() + (rand() % spread_ms) * MS);
+}
+
 TEST(crash_kill9_zero_loss)
 {
 	path = fresh();
@@ -521,8 +543,7 @@ TEST(crash_kill9_zero_loss)
 			_exit(0);
 		}
 		close(fds[1]);
-		int64_t kill_at = weft_now() + (100 + rand() % 400) * MS;
-		drain(fds[0], kill_at);
+		until_killed(drain, crash_any_told, fds[0], round, 400);
 		CHECK_EQ(kill(pid, SIGKILL), 0);
 		int status;
 		CHECK_EQ(waitpid(pid, &status, 0), pid);
@@ -889,13 +910,7 @@ TEST(crash_shared_messages)
 			_exit(0);
 		}
 		close(fds[1]);
-		/* The kill lands 0-300 ms after the child's first durable fan-out, not at a fixed
-		 * time from the fork: under TSan on two cores opening the store took longer than
-		 * the 100 ms a fixed time gave it. */
-		int64_t give_up = weft_now() + 60000 * MS;
-		while (!sh_any_told(round) && weft_now() < give_up)
-			sh_drain(fds[0], weft_now() + 10 * MS);
-		sh_drain(fds[0], weft_now() + (rand() % 300) * MS);
+		until_killed(sh_drain, sh_any_told, fds[0], round, 300);
 		CHECK_EQ(kill(pid, SIGKILL), 0);
 		int status;
 		CHECK_EQ(waitpid(pid, &status, 0), pid);
