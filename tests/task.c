@@ -854,16 +854,17 @@ TEST(a_parked_worker_takes_the_queue_of_a_held_one)
  * where they park, and bursts, where they come back, while plain threads wake tasks through a
  * channel all along. Every packet is taken exactly once, and no wake-up is lost on the way to
  * standby (a task left in the global queue with every worker asleep would hang the run). */
-enum { PARK_THREADS = 2, PARK_SPELLS = SLOW ? 3 : 5, PARK_BURST = SLOW ? 2000 : 20000 };
+enum { PARK_THREADS = 2, PARK_SPELLS = SLOW ? 3 : 5, PARK_BURST = SLOW ? 2000 : 20000,
+       PARK_TRICKLE = 100, PARK_PER_THREAD = PARK_SPELLS * (PARK_TRICKLE + PARK_BURST) };
 static weft_chan *park_chan;
-static atomic_int park_taken[PARK_THREADS * PARK_SPELLS * (PARK_BURST + 100)];
-static atomic_int park_spell, parked_seen;
+static atomic_int park_taken[PARK_THREADS * PARK_PER_THREAD];
+static atomic_int park_done, parked_seen;
 
 static void *park_thread(void *arg)
 {
-	int k = (int)(intptr_t)arg, base = k * PARK_SPELLS * (PARK_BURST + 100), sent = 0;
+	int k = (int)(intptr_t)arg, base = k * PARK_PER_THREAD, sent = 0;
 	for (int spell = 0; spell < PARK_SPELLS; spell++) {
-		for (int i = 0; i < 100; i++) { /* a trickle: 100 packets over 200 ms */
+		for (int i = 0; i < PARK_TRICKLE; i++) { /* a light spell: 100 packets over 200 ms */
 			int v = base + sent++;
 			CHECK_EQ(weft_chan_put(park_chan, &v, sizeof v), 0);
 			usleep(2000);
@@ -892,7 +893,7 @@ static void park_watcher(void *arg)
 	(void)arg;
 	int n;
 	bool mine;
-	while (atomic_load(&park_spell) == 0) {
+	while (!atomic_load(&park_done)) {
 		if (workers_at_work(&n, &mine) < n)
 			atomic_store(&parked_seen, 1);
 		weft_sleep_until(weft_now() + MS);
@@ -914,15 +915,13 @@ static int park_stress(void *arg)
 	for (int k = 0; k < PARK_THREADS; k++)
 		while (pthread_tryjoin_np(th[k], NULL) != 0)
 			weft_sleep_until(weft_now() + MS);
-	atomic_store(&park_spell, 1);
+	atomic_store(&park_done, 1);
 	CHECK_EQ(weft_join(watch), 0);
 	weft_chan_close(park_chan);
 	for (int i = 0; i < TAKERS; i++)
 		CHECK_EQ(weft_join(t[i]), 0);
-	int per = PARK_SPELLS * (PARK_BURST + 100);
-	for (int k = 0; k < PARK_THREADS; k++)
-		for (int i = 0; i < per; i++)
-			CHECK_EQ(atomic_load(&park_taken[k * per + i]), 1);
+	for (int v = 0; v < PARK_THREADS * PARK_PER_THREAD; v++)
+		CHECK_EQ(atomic_load(&park_taken[v]), 1);
 	CHECK(atomic_load(&parked_seen)); /* the light spells did park workers */
 	weft_chan_free(park_chan);
 	return 0;

@@ -466,12 +466,28 @@ static void crash_retained(void *arg, const store_msg *m)
 		 (const char *)m->payload);
 }
 
-static void drain(int fd, int64_t until)
+static void record_crash(const report *r)
 {
+	CHECK(r->round < ROUNDS && r->task < CRASH_TASKS && r->i < MAXI);
+	if (r->kind == 'E')
+		told[r->round][r->task][r->i] |= 1;
+	else if (r->kind == 'A')
+		told[r->round][r->task][r->i] |= 2;
+	else if (r->kind == 'S')
+		told[r->round][r->task][r->i] |= 4;
+	else
+		ret_told[r->round][r->task] = (int)r->i;
+}
+
+/* Read a child's reports from fd until `until` (WEFT_FOREVER: until it is gone), handing each
+ * to record. Returns how many said a message was durable ('E'). */
+static int drain(int fd, int64_t until, void (*record)(const report *))
+{
+	int durable = 0;
 	for (;;) {
 		int64_t left = until - weft_now();
 		if (until != WEFT_FOREVER && left <= 0)
-			return;
+			return durable;
 		struct pollfd p = { fd, POLLIN, 0 };
 		int ms = until == WEFT_FOREVER ? -1 : (int)(left / MS) + 1;
 		if (poll(&p, 1, ms) <= 0)
@@ -479,43 +495,25 @@ static void drain(int fd, int64_t until)
 		report rs[256];
 		ssize_t n = read(fd, rs, sizeof rs);
 		if (n <= 0)
-			return;
+			return durable;
 		CHECK(n % (ssize_t)sizeof(report) == 0);
 		for (int k = 0; k < n / (ssize_t)sizeof(report); k++) {
-			report r = rs[k];
-			CHECK(r.round < ROUNDS && r.task < CRASH_TASKS && r.i < MAXI);
-			if (r.kind == 'E')
-				told[r.round][r.task][r.i] |= 1;
-			else if (r.kind == 'A')
-				told[r.round][r.task][r.i] |= 2;
-			else if (r.kind == 'S')
-				told[r.round][r.task][r.i] |= 4;
-			else
-				ret_told[r.round][r.task] = (int)r.i;
+			record(&rs[k]);
+			durable += rs[k].kind == 'E';
 		}
 	}
 }
 
-static bool crash_any_told(int round)
-{
-	for (int t = 0; t < CRASH_TASKS; t++)
-		for (int i = 0; i < MAXI; i++)
-			if (told[round][t][i] & 1)
-				return true;
-	return false;
-}
-
-/* Read a child's reports with drain_fn until it has told something durable (any_told; 60 s at
- * most), then for 0 to spread_ms more: the kill that follows lands at a random point of the
- * child's work. Not at a fixed time from the fork: under TSan on two cores the child took more
- * than the 100 ms that gave it to open the store and commit its first group. */
-static void until_killed(void (*drain_fn)(int, int64_t), bool (*any_told)(int), int fd, int round,
-			 int spread_ms)
+/* Read a child's reports until it has told something durable (60 s at most), then for 0 to
+ * spread_ms more: the kill that follows lands at a random point of the child's work. Not at a
+ * fixed time from the fork: under TSan on two cores the child took more than the 100 ms that
+ * gave it to open the store and commit its first group. */
+static void until_killed(int fd, void (*record)(const report *), int spread_ms)
 {
 	int64_t give_up = weft_now() + 60000 * MS;
-	while (!any_told(round) && weft_now() < give_up)
-		drain_fn(fd, weft_now() + 10 * MS);
-	drain_fn(fd, weft_now() + (rand() % spread_ms) * MS);
+	while (!drain(fd, weft_now() + 10 * MS, record) && weft_now() < give_up)
+		;
+	drain(fd, weft_now() + (rand() % spread_ms) * MS, record);
 }
 
 TEST(crash_kill9_zero_loss)
@@ -543,14 +541,14 @@ TEST(crash_kill9_zero_loss)
 			_exit(0);
 		}
 		close(fds[1]);
-		until_killed(drain, crash_any_told, fds[0], round, 400);
+		until_killed(fds[0], record_crash, 400);
 		CHECK_EQ(kill(pid, SIGKILL), 0);
 		int status;
 		CHECK_EQ(waitpid(pid, &status, 0), pid);
 		if (!(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL))
 			fprintf(stderr, "child ended by itself: status %#x\n", status);
 		CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
-		drain(fds[0], WEFT_FOREVER); /* what it wrote before dying */
+		drain(fds[0], WEFT_FOREVER, record_crash); /* what it wrote before dying */
 		close(fds[0]);
 
 		/* reopen: every message told durable is there unless acknowledged */
@@ -864,30 +862,9 @@ static void sh_queued(void *arg, const char *id, uint16_t id_len, const store_ms
 	sh_found[r][i][id[1] - '0']++;
 }
 
-static void sh_drain(int fd, int64_t until)
+static void record_shared(const report *r)
 {
-	for (;;) {
-		int64_t left = until - weft_now();
-		if (until != WEFT_FOREVER && left <= 0)
-			return;
-		struct pollfd p = { fd, POLLIN, 0 };
-		if (poll(&p, 1, until == WEFT_FOREVER ? -1 : (int)(left / MS) + 1) <= 0)
-			continue;
-		report rs[256];
-		ssize_t n = read(fd, rs, sizeof rs);
-		if (n <= 0)
-			return;
-		for (int k = 0; k < n / (ssize_t)sizeof(report); k++)
-			sh_told[rs[k].round][rs[k].i] |= rs[k].kind == 'E' ? 1 : 2;
-	}
-}
-
-static bool sh_any_told(int round)
-{
-	for (int i = 0; i < SH_MAX; i++)
-		if (sh_told[round][i] & 1)
-			return true;
-	return false;
+	sh_told[r->round][r->i] |= r->kind == 'E' ? 1 : 2;
 }
 
 TEST(crash_shared_messages)
@@ -910,12 +887,12 @@ TEST(crash_shared_messages)
 			_exit(0);
 		}
 		close(fds[1]);
-		until_killed(sh_drain, sh_any_told, fds[0], round, 300);
+		until_killed(fds[0], record_shared, 300);
 		CHECK_EQ(kill(pid, SIGKILL), 0);
 		int status;
 		CHECK_EQ(waitpid(pid, &status, 0), pid);
 		CHECK(WIFSIGNALED(status));
-		sh_drain(fds[0], WEFT_FOREVER);
+		drain(fds[0], WEFT_FOREVER, record_shared);
 		close(fds[0]);
 		memset(sh_found, 0, sizeof sh_found);
 		store *st = open_ok(path, NULL); /* sweeps what the crash left unreferenced */
