@@ -107,8 +107,6 @@ $(B)/tests/%: tests/%.c tests/test.c tests/test.h $(B)/libweft.a | $(B)/tests
 # Tests of the shim link to libweft.so, as programs that use the shim must.
 $(B)/tests/shim: tests/shim.c tests/test.c tests/test.h $(B)/libweft.so $(B)/libweft-shim.so | $(B)/tests
 	$(CC) $(CFLAGS) -Itests $(LDFLAGS) -o $@ $< tests/test.c -L$(B) -lweft -Wl,-rpath,'$$ORIGIN/..' $(LDLIBS)
-$(B)/bench/sleepers: bench/sleepers.c bench/bench.h $(B)/libweft.so $(B)/libweft-shim.so | $(B)/bench
-	$(CC) $(CFLAGS) -Ibench $(LDFLAGS) -o $@ $< -L$(B) -lweft -Wl,-rpath,'$$ORIGIN/..' $(LDLIBS)
 $(B)/bench/http: bench/http.c bench/bench.h $(B)/bin/hello-http | $(B)/bench
 	$(CC) $(CFLAGS) -Ibench $(LDFLAGS) -o $@ $< $(LDLIBS)
 $(B)/bench/%: bench/%.c bench/bench.h $(B)/libweft.a | $(B)/bench

@@ -1,7 +1,9 @@
 /*
  * bench/sleepers: 10^5 tasks each call plain usleep(1000) ten times, through the shim (this
- * program re-runs itself with libweft-shim.so preloaded). Ideal wall time: 10 ms. Baseline,
- * where Go is installed: the same with goroutines and time.Sleep (bench/peers/sleepers.go).
+ * program re-runs itself with libweft-shim.so preloaded). Ideal wall time: 10 ms. Baselines:
+ * sleepers-floor (floor.c), the least a runtime with a stack per task can do, resuming 10^5
+ * stacks ten times each with nothing else; and where Go is installed, the same program with
+ * goroutines and time.Sleep (bench/peers/sleepers.go).
  */
 #define _GNU_SOURCE
 #include <libgen.h>
@@ -34,24 +36,37 @@ static int repeats(void *arg)
 	return 0;
 }
 
-/* Go's time for the same program, or 0 when Go is not installed. */
-static double go_ms(const char *argv0)
+/* The `ms=` figure a command prints, or 0 when it prints none. */
+static double ms_of(const char *cmd)
 {
-	if (system("command -v go >/dev/null 2>&1") != 0) {
-		fprintf(stderr, "  sleepers: go not installed (make bench-peers): no baseline\n");
-		return 0;
-	}
-	char dir[1024], cmd[1200], line[128];
-	snprintf(dir, sizeof dir, "%s", argv0);
-	snprintf(cmd, sizeof cmd, "cd '%s/../../bench/peers' 2>/dev/null || cd bench/peers; "
-		 "env -u LD_PRELOAD go run sleepers.go", dirname(dir));
-	FILE *p = popen(cmd, "r");
+	char line[128];
 	double ms = 0;
+	FILE *p = popen(cmd, "r");
 	while (p && fgets(line, sizeof line, p))
 		sscanf(line, "ms=%lf", &ms);
 	if (p)
 		pclose(p);
 	return ms;
+}
+
+/* Go's time for the same program, or 0 when Go is not installed. */
+static double go_ms(const char *dir)
+{
+	if (system("command -v go >/dev/null 2>&1") != 0) {
+		fprintf(stderr, "  sleepers: go not installed (make bench-peers): no baseline\n");
+		return 0;
+	}
+	char cmd[1200];
+	snprintf(cmd, sizeof cmd, "cd '%s/../../bench/peers' 2>/dev/null || cd bench/peers; "
+		 "env -u LD_PRELOAD go run sleepers.go", dir);
+	return ms_of(cmd);
+}
+
+static double floor_ms(const char *dir)
+{
+	char cmd[1200];
+	snprintf(cmd, sizeof cmd, "env -u LD_PRELOAD '%s/../bin/sleepers-floor'", dir);
+	return ms_of(cmd);
 }
 
 int main(int argc, char **argv)
@@ -76,7 +91,16 @@ int main(int argc, char **argv)
 	bench_emit("sleepers", "the same, first run", "ms", cold,
 		   "10^5 stacks mapped and faulted in");
 	bench_emit("sleepers", "wall / ideal", "x", m / 10.0, "target<=2");
-	double go = go_ms(argv[0]);
+	char path[1024];
+	snprintf(path, sizeof path, "%s", argv[0]);
+	const char *dir = dirname(path);
+	double floor = floor_ms(dir);
+	if (floor > 0) {
+		bench_emit("sleepers", "floor: 10^5 stacks resumed 10 times", "ms", floor,
+			   "sleepers-floor: no timers, no queues");
+		bench_emit("sleepers", "weft / floor", "x", m / floor, "");
+	}
+	double go = go_ms(dir);
 	if (go > 0) {
 		bench_emit("sleepers", "go: 10^5 goroutines x 10 x time.Sleep(1ms)", "ms", go,
 			   "GOMAXPROCS=default");
