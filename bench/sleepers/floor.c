@@ -8,8 +8,11 @@
  *
  * That is the one thing a sleeper's wake-up cannot skip: resuming a task whose stack and
  * record were last touched 10^5 switches ago, a TLB miss on its page and cache misses on its
- * lines. bench/sleepers runs it beside weft: a runtime that keeps a stack per task (in 4 KB
- * pages) takes at least this long, whatever its timers and queues cost.
+ * lines. A run that meets bench/sleepers' target (twice the ideal 10 ms) keeps at least half of
+ * the 10^5 tasks alive on average (Little's law), and 5 x 10^4 stacks resumed twenty times cost
+ * what 10^5 resumed ten times do: so a runtime that keeps a stack per task (in 4 KB pages)
+ * takes at least this long for such a run, whatever its timers and queues cost. bench/sleepers
+ * runs it beside weft.
  *
  * Prints the median of REPEAT runs as `ms=<milliseconds>`; the stacks are faulted in before.
  * $WEFT_WORKERS sets the number of threads, as it does weft's workers.
