@@ -31,6 +31,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "affinity.h"
 #include "weft.h"
@@ -46,6 +47,15 @@ int affinity_init(void)
 	atomic_store(&npinned, 0);
 	have_all = sched_getaffinity(0, sizeof all, &all) == 0;
 	return have_all ? CPU_COUNT(&all) : 0;
+}
+
+int affinity_workers(int cpus)
+{
+	const char *e = getenv("WEFT_WORKERS");
+	long n = e && *e ? strtol(e, NULL, 10) : cpus > 0 ? cpus : sysconf(_SC_NPROCESSORS_ONLN);
+	if (n < 1)
+		n = 1;
+	return n > 1024 ? 1024 : (int)n;
 }
 
 void affinity_plan(int workers)

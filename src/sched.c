@@ -1826,16 +1826,6 @@ static void main_entry(void *arg)
 	stop_all();
 }
 
-/* $WEFT_WORKERS, or one per CPU the caller may run on (as nproc(1) and Go count them). */
-static int worker_count(int cpus)
-{
-	const char *e = getenv("WEFT_WORKERS");
-	long n = e && *e ? strtol(e, NULL, 10) : cpus > 0 ? cpus : sysconf(_SC_NPROCESSORS_ONLN);
-	if (n < 1)
-		n = 1;
-	return n > 1024 ? 1024 : (int)n;
-}
-
 static void free_workers(void)
 {
 	for (int i = 0; i < S.cap; i++) {
@@ -1971,7 +1961,7 @@ int weft_run(int (*main_task)(void *), void *arg)
 	atomic_store(&S.ids, 1);
 	atomic_store(&foreign_wakes, 0);
 	stack_init(sizeof(weft_task));
-	int n = worker_count(affinity_init()), err = init_workers(n);
+	int n = affinity_workers(affinity_init()), err = init_workers(n);
 	if (!err)
 		err = poll_init();
 	if (err) {

@@ -3,7 +3,7 @@
  * bench/sleepers, to measure what the memory system alone charges on this machine. Not a
  * scheduler: no timers, no run queues, no spawning. Each of 10^5 contexts has a stack slot of
  * WEFT_STACK_DEFAULT bytes with its record at the top, as weft's tasks do, and the threads
- * (one per CPU, pinned, as weft's workers) resume their share of them ten times each, in the
+ * (as many as weft's workers, pinned as they are: affinity.c) resume their share of them ten times each, in the
  * order the slots lie in memory, every context switching straight to the next one.
  *
  * That is the one thing a sleeper's wake-up cannot skip: resuming a task whose stack and
@@ -15,14 +15,14 @@
  * runs it beside weft.
  *
  * Prints the median of REPEAT runs as `ms=<milliseconds>`; the stacks are faulted in before.
- * $WEFT_WORKERS sets the number of threads, as it does weft's workers.
+ * $WEFT_WORKERS and $WEFT_PIN act on the threads as they do on weft's workers.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 
+#include "affinity.h"
 #include "bench.h"
 #include "context.h"
 #include "weft.h"
@@ -36,8 +36,8 @@ struct record {
 };
 
 struct share {
-	int cpu; /* to pin to, or -1 */
-	int n;   /* records */
+	int id;
+	int n; /* records */
 	struct record *first;
 	weft_ctx home;
 	pthread_t thread;
@@ -80,12 +80,7 @@ static struct record *carve(struct share *s)
 static void *thread(void *arg)
 {
 	struct share *s = arg;
-	if (s->cpu >= 0) {
-		cpu_set_t one;
-		CPU_ZERO(&one);
-		CPU_SET(s->cpu, &one);
-		pthread_setaffinity_np(pthread_self(), sizeof one, &one);
-	}
+	affinity_worker(s->id);
 	s->first = carve(s);
 	ctx_switch(&s->home, &s->first->ctx); /* each context's first run faults its stack in */
 	for (int run = 0; run < REPEAT; run++) {
@@ -99,20 +94,13 @@ static void *thread(void *arg)
 
 int main(void)
 {
-	cpu_set_t set;
-	if (sched_getaffinity(0, sizeof set, &set) != 0)
-		CPU_ZERO(&set);
-	int cpus = CPU_COUNT(&set), n = cpus > 0 ? cpus : 1;
-	const char *w = getenv("WEFT_WORKERS");
-	if (w && atoi(w) > 0)
-		n = atoi(w);
+	int n = affinity_workers(affinity_init());
+	affinity_plan(n);
 	struct share *s = calloc((size_t)n, sizeof *s);
 	pthread_barrier_init(&go, NULL, (unsigned)n + 1);
 	pthread_barrier_init(&done, NULL, (unsigned)n + 1);
-	for (int i = 0, cpu = 0; i < n; i++) {
-		while (n == cpus && !CPU_ISSET(cpu, &set))
-			cpu++;
-		s[i].cpu = n == cpus ? cpu++ : -1; /* pinned as weft pins: one per CPU */
+	for (int i = 0; i < n; i++) {
+		s[i].id = i;
 		s[i].n = TASKS / n + (i < TASKS % n);
 		pthread_create(&s[i].thread, NULL, thread, &s[i]);
 	}
