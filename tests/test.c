@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <libgen.h>
+#include <stdarg.h>
 #include <linux/membarrier.h>
 #include <netinet/in.h>
 #include <string.h>
@@ -51,6 +52,23 @@ static void rm_tmpdir(void)
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
 	if (system(cmd) != 0)
 		fprintf(stderr, "could not remove %s\n", tmpdir);
+}
+
+void test_skip(const char *why, ...)
+{
+	va_list ap;
+	va_start(ap, why);
+	vprintf(why, ap);
+	va_end(ap);
+	printf("\n");
+	exit(TEST_SKIPPED); /* exit, not _exit: the scratch directory goes as for a pass */
+}
+
+void test_skip_emulated(void)
+{
+	if (test_emulated())
+		test_skip("the test starts real programs, which cannot run under %s",
+			  getenv("RUNNER"));
 }
 
 const char *test_tmpdir(void)

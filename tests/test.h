@@ -2,7 +2,8 @@
  * test.h - the smallest test harness that does the job. A test file holds TEST(name) { ... }
  * blocks; the runner (tests/run.sh) runs each test in a process of its own:
  *   ./t_foo --list      names, one a line
- *   ./t_foo NAME        runs NAME; exit status 0 means it passed
+ *   ./t_foo NAME        runs NAME; exit status 0 means it passed, TEST_SKIPPED (77, as
+ *                       automake's harness has it) that it could not run here
  */
 #ifndef WEFT_TEST_H
 #define WEFT_TEST_H
@@ -25,6 +26,15 @@
 #define TEST_CAP(n) ((n) < TEST_MAX_LIVE ? (n) : TEST_MAX_LIVE)
 
 void test_register(const char *name, void (*fn)(void));
+
+/* The exit status of a test that could not run here (a tool missing, an emulator): the runner
+ * prints `skip NAME: why` and counts it as skipped, never as passed. */
+#define TEST_SKIPPED 77
+/* End this test as skipped, saying why (printf's format) on its last line of output. */
+__attribute__((noreturn, format(printf, 1, 2))) void test_skip(const char *why, ...);
+/* Skip when the broker or another real program cannot be started here: under an emulator
+ * ($RUNNER set: tests/run.sh's qemu-user for cross builds). */
+void test_skip_emulated(void);
 
 #define TEST(name)                                                                         \
 	static void name(void);                                                            \

@@ -7,7 +7,7 @@
 // unset); BROKER=mosquitto runs the Debian mosquitto 2.0. Each test starts its own broker and stops it at the end, so tests
 // share nothing and run in any order, one process each.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -21,6 +21,16 @@ export function test(name, fn) {
 	if (tests.has(name)) throw new Error(`duplicate test ${name}`);
 	tests.set(name, fn);
 }
+
+// skip(why) ends the test as skipped (run.mjs exits 77, which tests/run.sh shows as `skip NAME:
+// why`): for a test that cannot run here, never a silent pass.
+export class Skip extends Error {}
+export function skip(why) {
+	throw new Skip(why);
+}
+
+// Whether a program is on the PATH (or in /usr/sbin, where Debian puts mosquitto).
+export const have = (tool) => `${process.env.PATH}:/usr/sbin`.split(':').some((d) => existsSync(`${d}/${tool}`));
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 

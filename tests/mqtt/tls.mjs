@@ -15,23 +15,20 @@
 // 2.0.11 too, but for tls_identity_as_username, which it refuses with 0x86 (checked against
 // weft-mqtt only).
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { test, startBroker, client, freePort, run, start, until, eq, assert, sleep, BROKER } from './lib.mjs';
+import { test, startBroker, client, freePort, run, start, until, eq, assert, sleep, BROKER, have, skip } from './lib.mjs';
 
-const have = (tool) => process.env.PATH.split(':').some((d) => existsSync(`${d}/${tool}`));
 const dirs = [];
 process.on('exit', () => { for (const d of dirs) rmSync(d, { recursive: true, force: true }); });
 
 // Certificates in a fresh directory: ca, server (127.0.0.1), alice (from ca), eve (from
-// another CA). null when openssl or the mosquitto tools are missing.
+// another CA). The test skips when openssl or the mosquitto tools are missing.
 function certs() {
-	if (!have('openssl') || !have('mosquitto_pub') || !have('mosquitto_sub')) {
-		console.log('skipped: needs openssl, mosquitto_pub and mosquitto_sub');
-		return null;
-	}
+	if (!have('openssl') || !have('mosquitto_pub') || !have('mosquitto_sub'))
+		skip('needs openssl, mosquitto_pub and mosquitto_sub (Debian: openssl, mosquitto-clients)');
 	const d = mkdtempSync(path.join(os.tmpdir(), 'mqtt-tls-'));
 	dirs.push(d);
 	const f = (n) => path.join(d, n);
@@ -67,7 +64,6 @@ for (const v of [4, 5]) {
 	const tag = v === 4 ? 'v311' : 'v5';
 	test(`tls_mosquitto_${tag}`, async () => {
 		const c = certs();
-		if (!c) return;
 		const b = await tlsBroker(c);
 		const tlsArgs = ['-h', '127.0.0.1', '-p', String(b.tlsport), '-V', V[v], '--cafile', c.f('ca.crt')];
 		const plain = await client(v);
@@ -88,7 +84,6 @@ for (const v of [4, 5]) {
 
 test('tls_versions_mqttjs', async () => {
 	const c = certs();
-	if (!c) return;
 	const b = await tlsBroker(c);
 	const ca = readFileSync(c.f('ca.crt'));
 	for (const ver of ['TLSv1.2', 'TLSv1.3']) {
@@ -105,7 +100,6 @@ test('tls_versions_mqttjs', async () => {
 
 test('tls_require_certificate', async () => {
 	const c = certs();
-	if (!c) return;
 	const b = await tlsBroker(c, [`cafile ${c.f('ca.crt')}`, 'require_certificate true']);
 	const base = ['-h', '127.0.0.1', '-p', String(b.tlsport), '--cafile', c.f('ca.crt'), '-t', 'rc/x', '-m', 'x', '-q', '1'];
 	let r = await run('mosquitto_pub', base);
@@ -118,7 +112,6 @@ test('tls_require_certificate', async () => {
 
 test('tls_identity_as_username', async () => {
 	const c = certs();
-	if (!c) return;
 	writeFileSync(c.f('acl'), 'user alice\ntopic readwrite alice/#\n');
 	const b = await tlsBroker(c, [`cafile ${c.f('ca.crt')}`, 'use_identity_as_username true'],
 		{ acl_file: c.f('acl') });
@@ -136,7 +129,6 @@ test('tls_identity_as_username', async () => {
 // One worker: if a stalled TLS handshake or read blocked it, nothing else would move.
 test('tls_stalled_clients_do_not_block', async () => {
 	const c = certs();
-	if (!c) return;
 	process.env.WEFT_WORKERS = '1';
 	const b = await tlsBroker(c);
 	delete process.env.WEFT_WORKERS;
@@ -163,7 +155,6 @@ test('tls_stalled_clients_do_not_block', async () => {
 // A websockets listener with a certfile: MQTT over WebSockets inside TLS (wss://).
 test('tls_wss_mqttjs', async () => {
 	const c = certs();
-	if (!c) return;
 	const b = await tlsBroker(c, ['protocol websockets']);
 	const plain = await client(5);
 	await plain.subscribeAsync('wss/#', { qos: 1 });

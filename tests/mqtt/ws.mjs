@@ -16,9 +16,8 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { spawn } from 'node:child_process';
-import { test, startBroker, client, freePort, start, until, eq, assert, sleep } from './lib.mjs';
+import { test, startBroker, client, freePort, start, until, eq, assert, sleep, have, skip } from './lib.mjs';
 
-const have = (tool) => process.env.PATH.split(':').some((d) => existsSync(`${d}/${tool}`));
 
 // A broker with its usual TCP listener and a websockets one; b.wsport is the latter.
 async function wsBroker(extra = {}) {
@@ -71,10 +70,7 @@ test('ws_not_an_upgrade', async () => {
 });
 
 test('ws_password_v5', async () => {
-	if (!have('mosquitto_passwd') && !existsSync('/usr/bin/mosquitto_passwd')) {
-		console.log('skipped: mosquitto_passwd is not installed');
-		return;
-	}
+	if (!have('mosquitto_passwd')) skip('mosquitto_passwd is not installed (Debian: mosquitto)');
 	const dir = mkdtempSync(path.join(os.tmpdir(), 'mqtt-ws-'));
 	try {
 		const pw = path.join(dir, 'passwd');
@@ -93,10 +89,8 @@ test('ws_password_v5', async () => {
 // MQTT.js's browser bundle in headless Chromium, from a page this test serves.
 test('ws_chromium_v5', async () => {
 	const bundle = new URL('./node_modules/mqtt/dist/mqtt.min.js', import.meta.url).pathname;
-	if (!have('chromium') || !have('mosquitto_sub') || !existsSync(bundle)) {
-		console.log('skipped: needs chromium (Debian chromium), mosquitto_sub and MQTT.js\'s browser bundle');
-		return;
-	}
+	if (!have('chromium') || !have('mosquitto_sub') || !existsSync(bundle))
+		skip('needs chromium (Debian chromium), mosquitto_sub and MQTT.js\'s browser bundle');
 	const b = await wsBroker();
 	const sub = start('mosquitto_sub', ['-h', '127.0.0.1', '-p', String(b.port), '-t', 'browser/#',
 		'-q', '1', '-F', '%t %l', '-i', 'tcp-sub']);

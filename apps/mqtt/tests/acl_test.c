@@ -325,21 +325,15 @@ typedef struct ident {
 	const char *user, *id;
 } ident;
 
-static bool have_mosquitto(void)
+static void need_mosquitto(void)
 {
-	const char *r = getenv("RUNNER");
-	if (r && *r) {
-		printf("skipped: under an emulator\n");
-		return false;
-	}
+	test_skip_emulated();
 	if (system("PATH=$PATH:/usr/sbin command -v mosquitto >/dev/null 2>&1 && "
 		   "command -v mosquitto_pub >/dev/null 2>&1 && "
 		   "command -v mosquitto_sub >/dev/null 2>&1 && "
-		   "command -v mosquitto_passwd >/dev/null 2>&1") != 0) {
-		printf("skipped: mosquitto, mosquitto-clients not installed\n");
-		return false;
-	}
-	return true;
+		   "command -v mosquitto_passwd >/dev/null 2>&1") != 0)
+		test_skip("mosquitto, mosquitto-clients not installed (Debian: mosquitto, "
+			  "mosquitto-clients)");
 }
 
 static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -390,8 +384,7 @@ static void creds(const ident *who, char *out, size_t cap)
  */
 static void compare(const char *acl_name, const ident *ids, int nid, const char **topics, int nt)
 {
-	if (!have_mosquitto())
-		return;
+	need_mosquitto();
 	char dir[] = "/tmp/weft-aclm-XXXXXX", acl[600], err[512], c[256];
 	CHECK(mkdtemp(dir));
 	snprintf(acl, sizeof acl, "%s/%s", MQTT_TEST_DATA, acl_name);

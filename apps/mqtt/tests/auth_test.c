@@ -36,19 +36,12 @@ static int verify(const auth_table *t, const char *u, const char *p)
 	return auth_table_verify(t, u, strlen(u), p, strlen(p));
 }
 
-/* Whether real tools can run here (not under an emulator) and mosquitto_passwd exists. */
-static bool have_passwd_tool(void)
+/* Skip unless real tools can run here (not under an emulator) and mosquitto_passwd exists. */
+static void need_passwd_tool(void)
 {
-	const char *r = getenv("RUNNER");
-	if (r && *r) {
-		printf("skipped: under an emulator\n");
-		return false;
-	}
-	if (system("command -v mosquitto_passwd >/dev/null 2>&1") != 0) {
-		printf("skipped: mosquitto_passwd is not installed (Debian: mosquitto)\n");
-		return false;
-	}
-	return true;
+	test_skip_emulated();
+	if (system("command -v mosquitto_passwd >/dev/null 2>&1") != 0)
+		test_skip("mosquitto_passwd is not installed (Debian: mosquitto)");
 }
 
 TEST(committed_file)
@@ -77,8 +70,7 @@ TEST(committed_file)
 /* Files made by mosquitto_passwd now, including its -U conversion of plain text. */
 TEST(mosquitto_passwd_files)
 {
-	if (!have_passwd_tool())
-		return;
+	need_passwd_tool();
 	char cmd[4096], out[512];
 	const char *f = tmp("pw");
 	char path[512];
@@ -449,12 +441,10 @@ TEST(random_files)
  * in exactly the user/password pairs auth.c accepts. */
 TEST(vs_mosquitto)
 {
-	if (!have_passwd_tool() ||
-	    system("PATH=$PATH:/usr/sbin command -v mosquitto >/dev/null && "
-		   "command -v mosquitto_pub >/dev/null") != 0) {
-		printf("skipped: needs mosquitto and mosquitto_pub\n");
-		return;
-	}
+	need_passwd_tool();
+	if (system("PATH=$PATH:/usr/sbin command -v mosquitto >/dev/null && "
+		   "command -v mosquitto_pub >/dev/null") != 0)
+		test_skip("needs mosquitto and mosquitto_pub (Debian: mosquitto, mosquitto-clients)");
 	static const char *pairs[][2] = {
 		{ "alice", "alice-pw" }, { "alice", "alice-pW" }, { "bob", "b0b:with colon" },
 		{ "bob", "b0b" },        { "émile", "pâté" },      { "émile", "pate" },

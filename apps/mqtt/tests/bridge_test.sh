@@ -16,8 +16,9 @@
 # then publishes, waits for exactly the lines it expects, waits a little more so that a
 # duplicate (a loop) would show, and compares.
 #
-# Skipped (one test named "skipped" that says why and passes) under an emulator ($RUNNER
-# non-empty) and where mosquitto or mosquitto-clients (Debian packages) are missing.
+# Every test is skipped (exit 77, which tests/run.sh shows as `skip NAME: why`) under an
+# emulator ($RUNNER non-empty) and where mosquitto or mosquitto-clients (Debian packages) are
+# missing.
 bindir=$(cd "$(dirname "$0")/../bin" 2>/dev/null && pwd)
 WEFT="$bindir/weft-mqtt"
 PATH=$PATH:/usr/sbin
@@ -33,17 +34,15 @@ elif ! command -v mosquitto_sub >/dev/null 2>&1 || ! command -v mosquitto_passwd
 	why="mosquitto_pub/mosquitto_sub are not installed (Debian: mosquitto-clients)"
 fi
 if [ "$1" = --list ]; then
-	if [ -n "$why" ]; then echo skipped; else printf '%s\n' $TESTS; fi
-	exit 0
-fi
-if [ "$1" = skipped ]; then
-	echo "mqtt-bridge: skipped: $why"
+	printf '%s\n' $TESTS
 	exit 0
 fi
 case " $(echo $TESTS) " in
 *" $1 "*) ;;
 *) echo "mqtt-bridge: no test named '$1'"; exit 2 ;;
 esac
+skip() { echo "$1"; exit 77; }
+[ -z "$why" ] || skip "$why"
 [ -x "$WEFT" ] || { echo "mqtt-bridge: $WEFT is not built"; exit 1; }
 
 dir=$(mktemp -d /tmp/weft-bridge.XXXXXX)
@@ -368,7 +367,7 @@ t_credentials() {
 # name; a host name the certificate does not name fails unless bridge_insecure; an unknown CA
 # fails
 t_tls() {
-	command -v openssl >/dev/null || { echo "skipped: no openssl command"; return 0; }
+	command -v openssl >/dev/null || skip "no openssl command (Debian: openssl)"
 	local NEWKEY="-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes"
 	(
 		cd "$dir" && set -e
@@ -439,7 +438,7 @@ t_tls() {
 	pids+=($WPID)
 	if ! wait_port $LPORT $WPID; then
 		grep -q "needs a weft-mqtt built with OpenSSL" "$dir/weft.log" &&
-			{ echo "skipped: weft-mqtt built without OpenSSL"; return 0; }
+			skip "weft-mqtt built without OpenSSL"
 		fail "weft-mqtt did not start"
 	fi
 	collect R $RPORT good/# capath/# wrongname/# insecure/# otherca/#
@@ -532,7 +531,7 @@ t_persistence() {
 	pids+=($WPID)
 	if ! wait_port $LPORT $WPID; then
 		grep -q "persistence" "$dir/weft.log" &&
-			{ echo "skipped: $(cat "$dir/weft.log")"; return 0; }
+			skip "weft-mqtt built without persistence: $(cat "$dir/weft.log")"
 		fail "weft-mqtt did not start"
 	fi
 	mosquitto_sub -p $RPORT -c -i rsub -q 1 -t ps/# -E || fail "mosquitto_sub -E"

@@ -27,16 +27,6 @@ static pid_t broker_pid;
 static int port;
 static char errlog[64];
 
-static int skip(void)
-{
-	const char *r = getenv("RUNNER");
-	if (r && *r) {
-		printf("skipped: the broker cannot be started under %s\n", r);
-		return 1;
-	}
-	return 0;
-}
-
 static int dial(void)
 {
 	int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -248,8 +238,7 @@ static void others_fine(void)
 
 TEST(malformed_packet_disconnects_with_0x81)
 {
-	if (skip())
-		return;
+	test_skip_emulated();
 	start(NULL);
 	int s = client(5, "bad", 60);
 	puthex(s, "82 06 0001 0001 62 03"); /* SUBSCRIBE at QoS 3 */
@@ -261,8 +250,7 @@ TEST(malformed_packet_disconnects_with_0x81)
 
 TEST(protocol_error_second_connect)
 {
-	if (skip())
-		return;
+	test_skip_emulated();
 	start(NULL);
 	int s = client(5, "twice", 60);
 	uint8_t b[64];
@@ -275,8 +263,7 @@ TEST(protocol_error_second_connect)
 
 TEST(oversized_packet_disconnects_with_0x95)
 {
-	if (skip())
-		return;
+	test_skip_emulated();
 	start("message_size_limit 100\n");
 	int s = client(5, "big", 60);
 	/* a PUBLISH announcing 1 MB: refused from its header alone */
@@ -300,8 +287,7 @@ TEST(oversized_packet_disconnects_with_0x95)
 
 TEST(half_packet_then_silence)
 {
-	if (skip())
-		return;
+	test_skip_emulated();
 	start(NULL);
 	int s = client(5, "half", 1); /* keep-alive 1 s: cut after 1.5 s */
 	puthex(s, "30 20 0003 612f62"); /* 7 of 34 bytes */
@@ -318,8 +304,7 @@ TEST(half_packet_then_silence)
 
 TEST(garbage_before_connect)
 {
-	if (skip())
-		return;
+	test_skip_emulated();
 	start(NULL);
 	int s = dial();
 	puthex(s, "ff ff ff ff ff ff");
@@ -337,8 +322,7 @@ TEST(garbage_before_connect)
 
 TEST(connack_reason_codes)
 {
-	if (skip())
-		return;
+	test_skip_emulated();
 	start(NULL);
 	uint8_t b[64];
 	/* protocol level 6: 3.1.1 CONNACK 1 (unacceptable protocol version) */
@@ -379,8 +363,7 @@ TEST(connack_reason_codes)
 
 TEST(anonymous_refused_when_configured)
 {
-	if (skip())
-		return;
+	test_skip_emulated();
 	start("allow_anonymous false\n");
 	int s = dial();
 	uint8_t b[64];
@@ -393,8 +376,7 @@ TEST(anonymous_refused_when_configured)
 
 TEST(topic_alias_out_of_range)
 {
-	if (skip())
-		return;
+	test_skip_emulated();
 	start(NULL);
 	int s = client(5, "alias", 60);
 	puthex(s, "30 08 0001 61 03 23 00 0b 78"); /* alias 11 > the 10 we allow */
@@ -410,8 +392,7 @@ TEST(topic_alias_out_of_range)
 
 TEST(qos2_resend_delivered_once)
 {
-	if (skip())
-		return;
+	test_skip_emulated();
 	start(NULL);
 	int sub = client(4, "q2sub", 60), pub = client(4, "q2pub", 60);
 	subscribe(sub, 4, "q2", 0);
@@ -435,8 +416,7 @@ TEST(qos2_resend_delivered_once)
 
 TEST(sigterm_tells_v5_clients)
 {
-	if (skip())
-		return;
+	test_skip_emulated();
 	start(NULL);
 	int s = client(5, "bye", 60);
 	int t = client(4, "bye3", 60);
@@ -451,8 +431,7 @@ TEST(sigterm_tells_v5_clients)
 
 TEST(config_errors_name_the_line)
 {
-	if (skip())
-		return;
+	test_skip_emulated();
 	char bin[PATH_MAX], cmd[PATH_MAX + 256], err[512];
 	broker_path(bin, sizeof bin);
 	const char *f = "/tmp/weft-mqtt-badconf.conf";
@@ -488,8 +467,7 @@ TEST(config_errors_name_the_line)
  * publisher and a healthy subscriber carry on; its keep-alive still ends it, writer and all. */
 TEST(slow_consumer_does_not_block_others)
 {
-	if (skip())
-		return;
+	test_skip_emulated();
 	start("sys_interval 1\n");
 	int slow = dial();
 	int small = 4096;

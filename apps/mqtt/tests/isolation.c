@@ -429,16 +429,10 @@ static int64_t median(int64_t *v, int n)
 
 static void isolation(const char *conf)
 {
-	const char *r = getenv("RUNNER");
-	if (r && *r) {
-		printf("skipped: the broker cannot be started under %s\n", r);
-		return;
-	}
-	if (SLOW) {
-		printf("skipped under the sanitizers: the timings would measure them (the plain build "
-		       "runs it)\n");
-		return;
-	}
+	test_skip_emulated();
+	if (SLOW)
+		test_skip("under the sanitizers the timings would measure them (the plain build "
+			  "runs it)");
 	signal(SIGPIPE, SIG_IGN);
 	start_broker(conf);
 	/* The measuring thread above everything else in the test (when allowed to be): what it
@@ -496,10 +490,8 @@ static void isolation(const char *conf)
  * target too often to be in `make test` (see the top); `make mqtt-isolation` runs it. */
 TEST(flooder_and_slow_reader_do_not_raise_others_p99)
 {
-	if (!getenv("ISO_UNLIMITED")) {
-		printf("skipped: `make mqtt-isolation` runs it (ISO_UNLIMITED=1)\n");
-		return;
-	}
+	if (!getenv("ISO_UNLIMITED"))
+		test_skip("`make mqtt-isolation` runs it (ISO_UNLIMITED=1)");
 	isolation(NULL);
 }
 

@@ -8,8 +8,8 @@
  * tls_wait_readable (no buffer), reads what is there without waiting, writes it back. A line
  * containing BYE makes it echo, then shut the session down cleanly.
  *
- * Skipped (exit 0 with a message) where the `openssl` command is missing or the test runs
- * under an emulator ($RUNNER set).
+ * Skipped (test_skip) where the `openssl` command is missing or the test runs under an
+ * emulator ($RUNNER set).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -72,18 +72,12 @@ static const char *make_certs =
 	"openssl x509 -req -in rogue.csr -CA other.crt -CAkey other.key -CAcreateserial -days 2"
 	" -out rogue.crt";
 
-/* Make the certificates, or say why the test is skipped and exit 0. */
+/* Make the certificates, or skip the test saying why. */
 static void setup(void)
 {
-	const char *runner = getenv("RUNNER");
-	if (runner && *runner) {
-		printf("skipped: runs under an emulator ($RUNNER)\n");
-		exit(0);
-	}
-	if (system("command -v openssl >/dev/null 2>&1") != 0) {
-		printf("skipped: no openssl command\n");
-		exit(0);
-	}
+	test_skip_emulated();
+	if (system("command -v openssl >/dev/null 2>&1") != 0)
+		test_skip("no openssl command (Debian: openssl)");
 	test_tmpdir(); /* made here, before tasks and pool threads use it */
 	if (shell(make_certs) != 0) {
 		shell("cat gen.log >&2");

@@ -627,19 +627,13 @@ static void *acceptor(void *arg)
  */
 TEST(mqttjs_through_ws)
 {
-	const char *runner = getenv("RUNNER");
 	char mqttjs[600];
 	snprintf(mqttjs, sizeof mqttjs, "%s/tests/mqtt/node_modules/mqtt/package.json", WEFT_SRC_DIR);
-	if (runner && *runner) {
-		printf("skipped: under an emulator\n");
-		return;
-	}
+	test_skip_emulated();
 	if (system("command -v node >/dev/null && PATH=$PATH:/usr/sbin command -v mosquitto "
 		   ">/dev/null && command -v mosquitto_sub >/dev/null") != 0 ||
-	    access(mqttjs, R_OK) != 0) {
-		printf("skipped: needs node, mosquitto, mosquitto_sub and MQTT.js (%s)\n", mqttjs);
-		return;
-	}
+	    access(mqttjs, R_OK) != 0)
+		test_skip("needs node, mosquitto, mosquitto_sub and MQTT.js (%s)", mqttjs);
 	signal(SIGPIPE, SIG_IGN);
 	pid_t broker = start_mosquitto();
 	const char *dir = test_tmpdir();
@@ -766,20 +760,14 @@ static void *page_server(void *arg)
  */
 TEST(chromium_mqttjs_through_ws)
 {
-	const char *runner = getenv("RUNNER");
 	char bundle[600];
 	snprintf(bundle, sizeof bundle, "%s/tests/mqtt/node_modules/mqtt/dist/mqtt.min.js",
 		 WEFT_SRC_DIR);
-	if (runner && *runner) {
-		printf("skipped: under an emulator\n");
-		return;
-	}
+	test_skip_emulated();
 	if (system("command -v chromium >/dev/null && PATH=$PATH:/usr/sbin command -v mosquitto "
 		   ">/dev/null && command -v mosquitto_sub >/dev/null") != 0 ||
-	    access(bundle, R_OK) != 0) {
-		printf("skipped: needs chromium, mosquitto, mosquitto_sub and MQTT.js (%s)\n", bundle);
-		return;
-	}
+	    access(bundle, R_OK) != 0)
+		test_skip("needs chromium, mosquitto, mosquitto_sub and MQTT.js (%s)", bundle);
 	FILE *bf = fopen(bundle, "r");
 	CHECK(bf);
 	static char js[1 << 21];
