@@ -1,6 +1,6 @@
 /*
  * auth.h - who may connect to weft-mqtt: password files in mosquitto's format, the
- * allow_anonymous rule, and a limit on failed attempts per source address.
+ * allow_anonymous rule, and a pace for password checks per source address and username.
  *
  * A password file holds one `user:hash` line per user, as mosquitto_passwd writes it:
  *
@@ -17,8 +17,9 @@
  *
  * The broker's calls (see docs/weft-mqtt-security.md):
  *   at start and on SIGHUP   auth_reload(conf.password_file, &opts, err, sizeof err)
- *   in the CONNECT handler   auth_check(&req) and, unless AUTH_OK, a CONNACK with
- *                            auth_connack_code(result, version), then disconnect
+ *   in the CONNECT handler   wait until auth_turn(&req), then auth_check(&req) and, unless
+ *                            AUTH_OK, a CONNACK with auth_connack_code(result, version),
+ *                            then disconnect
  */
 #ifndef WEFT_MQTT_AUTH_H
 #define WEFT_MQTT_AUTH_H
@@ -61,7 +62,6 @@ typedef enum auth_result {
 	AUTH_OK = 0,
 	AUTH_BAD_CREDENTIALS,      /* unknown user, wrong or missing password */
 	AUTH_NOT_AUTHORIZED,       /* no username, and anonymous clients are not allowed */
-	AUTH_RATE_LIMITED,         /* too many failures from this address lately: not checked */
 } auth_result;
 
 typedef struct auth_req {
@@ -69,7 +69,7 @@ typedef struct auth_req {
 	size_t user_len;
 	const void *password;      /* NULL: no password */
 	size_t password_len;
-	const struct sockaddr *from;  /* the client's address; NULL: not rate limited */
+	const struct sockaddr *from;  /* the client's address; NULL: not paced */
 	bool anonymous_ok;         /* allow_anonymous as it applies to this client */
 	int64_t now;               /* monotonic ns (weft_now()) for the rate limiter */
 } auth_req;
@@ -77,9 +77,9 @@ typedef struct auth_req {
 /*
  * Decide a CONNECT. With no current table, a username proves nothing: every client is
  * anonymous. With one, a client that gives a username must give its password; one without a
- * username is let in only if anonymous_ok. Failures count against the source address; an
- * address over its limit gets AUTH_RATE_LIMITED without its password being hashed.
- * CPU-bound for the table's hash cost (about 55 us for mosquitto_passwd's 101 rounds).
+ * username is let in only if anonymous_ok. Call it at auth_turn(r) (below). A right password
+ * gives back the turn it took. CPU-bound for the table's hash cost (about 55 us for
+ * mosquitto_passwd's 101 rounds).
  */
 auth_result auth_check(const auth_req *r);
 
@@ -87,26 +87,35 @@ auth_result auth_check(const auth_req *r);
 static inline int auth_connack_code(auth_result r, int version)
 {
 	if (version >= 5)
-		return r == AUTH_BAD_CREDENTIALS ? 0x86 : r == AUTH_RATE_LIMITED ? 0x9F : 0x87;
+		return r == AUTH_BAD_CREDENTIALS ? 0x86 : 0x87;
 	return 0x05; /* 3.1.1: "not authorized" (0x04 means the data was malformed) */
 }
 
-/* ---- failed attempts per address ----------------------------------------------------------- */
+/* ---- the pace of password checks ----------------------------------------------------------- */
 
 /*
- * A generic cell rate limiter per source address (IPv4 address, or IPv6 /64 prefix): `burst`
- * failures are allowed at once, then one per `interval_ns`. Kept in a fixed table of 4096
- * entries in 4-way sets; when a set is full the least restricted entry is replaced.
+ * Password guessing is slowed down, and nobody is locked out: a CONNECT is never refused for
+ * its address's or its username's failures, only made to wait for its turn to be checked.
+ * Turns are counted per (source address, username) pair - `burst` at once, then one per
+ * `interval_ns` - and per source address whatever the name (4 x burst, then four per
+ * interval), each a cell of ratelimit.c (IPv4 address, or IPv6 /64). Every CONNECT books a
+ * turn in both; a right password gives them back (its pair's whole debt), so a client that
+ * knows its password pays for nobody's guesses but waits, at most AUTH_MAX_WAIT, while
+ * somebody at its address guesses. Waiting happens before the check, for right and wrong
+ * passwords alike: a guesser cannot learn its answer sooner by opening many connections, and
+ * a flood of guesses costs no hashing beyond one per turn.
  */
+#define AUTH_MAX_WAIT 10000000000LL /* ns: 10 s */
+
 typedef struct auth_limits {
 	int burst;                 /* default 5 */
-	int64_t interval_ns;       /* default 2 s; burst 0 turns limiting off */
+	int64_t interval_ns;       /* default 2 s; burst 0 turns pacing off */
 } auth_limits;
 
 void auth_set_limits(const auth_limits *l);
-/* Whether from may try now, and recording a failure (auth_check calls both). */
-bool auth_limit_blocked(const struct sockaddr *from, int64_t now);
-void auth_limit_fail(const struct sockaddr *from, int64_t now);
+/* Book r's turn; returns when (r->now's clock) its password may be checked: r->now within the
+ * burst, at most r->now + AUTH_MAX_WAIT. */
+int64_t auth_turn(const auth_req *r);
 /* Forget every address (tests). */
 void auth_limit_reset(void);
 

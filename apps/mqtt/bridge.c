@@ -824,11 +824,13 @@ static void run(bridge *b, int fd, tls_conn *t, const mq_packet *ack)
 		return;
 	}
 	bool present;
+	int why;
 	session *s = session_attach(c, b->local_id, (uint16_t)strlen(b->local_id), b->local_clean,
-				    &present);
-	if (!s) { /* a local client holds local_clientid and would not let go */
-		fprintf(stderr, "weft-mqtt: bridge %s: the local session %s is busy\n", b->name,
-			b->local_id);
+				    &present, &why);
+	if (!s) { /* a local client holds local_clientid and would not let go, or owns it */
+		fprintf(stderr, "weft-mqtt: bridge %s: the local session %s is %s\n", b->name,
+			b->local_id,
+			why == MQ_RC_NOT_AUTHORIZED ? "a user's (bridges are anonymous)" : "busy");
 		conn_run(c); /* ends it */
 		return;
 	}

@@ -161,6 +161,13 @@ typedef struct session {
 	uint32_t hash;
 	uint16_t id_len;
 	char *client_id;
+	/* who it belongs to (session.c: a CONNECT from anyone else is refused): the username
+	 * (NUL-terminated), NULL for anonymous; owner_unknown for a session restored from a store
+	 * that did not keep owners. Written under the session table's lock and s's lock both
+	 * (when first connected to), so read under either. */
+	char *owner;
+	uint16_t owner_len;
+	bool owner_unknown;
 	struct conn *conn;         /* the connection attached, or NULL */
 	bool dead;                 /* removed: deliveries to it are dropped */
 	bool writing;              /* a task is writing out[] (or its taken copy) */
@@ -203,9 +210,12 @@ typedef struct session {
 } session;
 
 /* Find or make the session for client_id and attach c to it (taking over from a connection
- * still attached). *present says whether an old session was resumed. */
+ * still attached). *present says whether an old session was resumed. An empty id is replaced
+ * by a random one. NULL when refused, with the 5.0 reason in *refuse: MQ_RC_NOT_AUTHORIZED
+ * when the session belongs to another identity than c->user, MQ_RC_SERVER_UNAVAILABLE when
+ * the connection attached does not let go. */
 session *session_attach(struct conn *c, const char *id, uint16_t id_len, bool clean,
-			bool *present);
+			bool *present, int *refuse);
 /* Detach c from its session at the end of a connection; publishes or schedules the will
  * (unless `normal`); the session ends now or when its expiry passes. */
 void session_detach(struct conn *c, bool publish_will);
@@ -233,10 +243,12 @@ int session_rel_add(session *s, uint16_t pid, int max);
 bool session_rel_del(session *s, uint16_t pid);
 /* Resend inflight messages (DUP) and start queued ones, after a (re)connect. */
 void session_resume(session *s, struct conn *by);
-/* At start, from the store: an offline session (expiring at expire_at, 0 never), a queued or
- * inflight delivery of it (pid 0: not sent yet), and finding a session by id. */
+/* At start, from the store: an offline session (expiring at expire_at, 0 never) owned by
+ * owner (NULL: anonymous; owner_known false: the store did not say), a queued or inflight
+ * delivery of it (pid 0: not sent yet), and finding a session by id. */
 session *session_restore(const char *id, uint16_t n, uint8_t version, uint32_t expiry_interval,
-			 int64_t expire_at);
+			 int64_t expire_at, const char *owner, uint16_t owner_len,
+			 bool owner_known);
 void session_restore_dlv(session *s, const dlv *d);
 /* At start, from the store: s's will, waiting to be published at `at` (weft_now clock). */
 void session_restore_will(session *s, msg *will, uint32_t delay, uint32_t expiry, int64_t at);
@@ -369,7 +381,10 @@ typedef struct conn {
 	uint32_t wlen, woff;
 	bool writer_running;
 	atomic_int kick_rc;       /* set by conn_kick: the reason to give a 5.0 client */
-	char *user;               /* the CONNECT's username (NUL-terminated), or NULL */
+	char *user;               /* the CONNECT's username, or the certificate's CN under
+				   * use_identity_as_username (NUL-terminated), or NULL */
+	bool user_proven;         /* user was checked (password_file, certificate): it owns the
+				   * session (session.c); otherwise the client is anonymous there */
 	uint16_t user_len;
 	struct ws *ws;            /* a WebSockets listener's client: the framing (ws.c), or NULL */
 	struct tls_conn *tls;     /* a TLS listener's client (tls.c), or NULL */

@@ -267,13 +267,21 @@ static int authenticate(conn *c, mq_packet *pk)
 			.anonymous_ok = anon_ok,
 			.now = weft_now(),
 		};
+		/* wait for this address's and name's turn (auth.h): parked, holding nothing
+		 * but the connection, and looking up every 50 ms for a shutdown's kick */
+		int64_t turn = auth_turn(&r);
+		while (r.now < turn && !atomic_load(&c->kick_rc)) {
+			weft_sleep_until(turn - r.now > 50000000 ? r.now + 50000000 : turn);
+			r.now = weft_now();
+		}
+		if (atomic_load(&c->kick_rc))
+			return -1;
 		auth_result a = auth_check(&r);
 		if (a != AUTH_OK) {
 			if (conf.verbose)
 				fprintf(stderr, "weft-mqtt: CONNECT refused (%s)\n",
-					a == AUTH_RATE_LIMITED ? "too many failures from the address"
-					: a == AUTH_BAD_CREDENTIALS ? "bad username or password"
-								    : "anonymous");
+					a == AUTH_BAD_CREDENTIALS ? "bad username or password"
+								  : "anonymous");
 			refuse(c, v, auth_connack_code(a, 5),
 			       a == AUTH_BAD_CREDENTIALS ? MQ_V3_BAD_USER_OR_PASSWORD
 							 : MQ_V3_NOT_AUTHORIZED);
@@ -284,7 +292,11 @@ static int authenticate(conn *c, mq_packet *pk)
 		refuse(c, v, MQ_RC_NOT_AUTHORIZED, MQ_V3_NOT_AUTHORIZED);
 		return -1;
 	}
-	if (has_user && access_acl_on) {
+	/* a username checked against the password file or a certificate is the identity that
+	 * owns sessions (session.c); without either, anyone may claim any name, so every client
+	 * is the same anonymous owner, and the name serves the ACL only */
+	c->user_proven = has_user && (c->tls_user || conf.password_file[0]);
+	if (has_user && (access_acl_on || c->user_proven)) {
 		c->user = malloc(u->len + 1u);
 		if (!c->user)
 			abort();
@@ -334,11 +346,18 @@ static int on_connect(conn *c, mq_packet *pk)
 			       pk->connect.will_qos, pk->connect.will_retain, 0);
 	}
 	bool present = false;
+	int why;
 	session *s = session_attach(c, (const char *)pk->connect.client_id.p,
-				    (uint16_t)pk->connect.client_id.len, pk->connect.clean, &present);
+				    (uint16_t)pk->connect.client_id.len, pk->connect.clean, &present,
+				    &why);
 	if (!s) {
 		msg_unref(will);
-		refuse(c, v, MQ_RC_SERVER_UNAVAILABLE, MQ_V3_UNAVAILABLE);
+		if (conf.verbose && why == MQ_RC_NOT_AUTHORIZED)
+			fprintf(stderr, "weft-mqtt: CONNECT refused (client id %.*s belongs to "
+					"another user)\n",
+				(int)pk->connect.client_id.len, pk->connect.client_id.p);
+		refuse(c, v, why,
+		       why == MQ_RC_NOT_AUTHORIZED ? MQ_V3_NOT_AUTHORIZED : MQ_V3_UNAVAILABLE);
 		return -1;
 	}
 	c->s = s;

@@ -134,7 +134,8 @@ static void ld_session(void *arg, const store_session *ss)
 		int64_t left = (int64_t)ss->expiry_interval - (since > 0 ? since : 0);
 		expire_at = weft_now() + (left > 0 ? left : 0) * 1000000000 + 1;
 	}
-	session_restore(ss->id, ss->id_len, ss->version, ss->expiry_interval, expire_at);
+	session_restore(ss->id, ss->id_len, ss->version, ss->expiry_interval, expire_at, ss->owner,
+			ss->owner_len, ss->owner_known);
 }
 
 static void ld_sub(void *arg, const char *id, uint16_t id_len, const char *f, uint16_t flen,
@@ -313,7 +314,7 @@ void persist_session(session *s, bool connected, conn *by)
 		return;
 	}
 	store_session ss = { s->client_id, s->id_len, s->version, s->expiry_interval,
-			     connected ? 0 : unix_now() };
+			     connected ? 0 : unix_now(), s->owner, s->owner_len, !s->owner_unknown };
 	s->stored = true;
 	ticket(by, store_put_session(st, &ss));
 	put_will(s, connected, by);

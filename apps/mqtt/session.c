@@ -26,9 +26,18 @@
  * Lifetime. The session table holds a reference, an attached connection another. When the
  * last goes, the session is retired through epoch.c, because a publisher may have read it out
  * of a subscriber array just before the subscription was removed.
+ *
+ * Ownership. A session belongs to the identity that made it: the username the client proved
+ * (against password_file, or the certificate's CN under use_identity_as_username), or nobody
+ * for an anonymous client - and for every client where nothing checks usernames. A CONNECT with its client id from another identity is refused (not
+ * authorized) before anything of the session is touched: it neither resumes the session, nor
+ * discards it with clean start, nor kicks the connection attached to it. Rejected: starting
+ * the newcomer on a clean session, which hands anyone who learns a client id the power to
+ * destroy its owner's queued messages and to knock its owner off the broker.
  */
 #include <errno.h>
 #include <stdio.h>
+#include <sys/random.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -41,7 +50,6 @@
 static session *table[NBUCKETS];
 static weft_mutex tlock = WEFT_MUTEX_INIT;
 static long nsessions;
-static uint64_t auto_id;
 
 static uint32_t id_hash(const char *id, uint16_t n)
 {
@@ -83,6 +91,7 @@ static void session_free(void *p)
 	session *s = p;
 	access_unbind(s);
 	free(s->client_id);
+	free(s->owner);
 	free(s->rel_ids);
 	free(s);
 }
@@ -177,23 +186,83 @@ static session *session_new(const char *id, uint16_t n, uint32_t h)
 	return s;
 }
 
-session *session_attach(conn *c, const char *id, uint16_t n, bool clean, bool *present)
+/* Set s's owner: user (NUL-terminated, user_len bytes), or NULL for anonymous. */
+static void own(session *s, const char *user, uint16_t user_len)
 {
-	char gen[40];
-	if (n == 0) {
-		WEFT_WITH_LOCK(&tlock)
-			n = (uint16_t)snprintf(gen, sizeof gen, "auto-%llx-%llx",
-					       (unsigned long long)broker_start,
-					       (unsigned long long)++auto_id);
+	free(s->owner);
+	s->owner = NULL;
+	s->owner_len = 0;
+	s->owner_unknown = false;
+	if (user) {
+		s->owner = malloc(user_len + 1u);
+		if (!s->owner)
+			abort();
+		memcpy(s->owner, user, user_len);
+		s->owner[user_len] = 0;
+		s->owner_len = user_len;
+	}
+}
+
+/* Whether the identity user (NULL: anonymous) may use s. A session restored from a store
+ * written before owners were kept goes to the first identity that connects to it. */
+static bool owned_by(const session *s, const char *user, uint16_t user_len)
+{
+	if (s->owner_unknown)
+		return true;
+	if (!s->owner || !user)
+		return !s->owner && !user;
+	return s->owner_len == user_len && !memcmp(s->owner, user, user_len);
+}
+
+/* A client id for a 5.0 client that sent none: 128 random bits (getrandom), so that knowing
+ * one assigned id tells nothing of another. A counter or a clock would let a client that got
+ * one id guess its neighbours' and resume their sessions. */
+static uint16_t assign_id(char *buf, size_t cap)
+{
+	uint8_t r[16];
+	size_t got = 0;
+	while (got < sizeof r) {
+		ssize_t k = getrandom(r + got, sizeof r - got, 0);
+		if (k < 0 && errno != EINTR)
+			abort(); /* Linux >= 3.17 always has it; without it no id is safe to give */
+		if (k > 0)
+			got += (size_t)k;
+	}
+	int n = snprintf(buf, cap, "auto-");
+	for (size_t i = 0; i < sizeof r; i++)
+		n += snprintf(buf + n, cap - (size_t)n, "%02x", r[i]);
+	return (uint16_t)n;
+}
+
+session *session_attach(conn *c, const char *id, uint16_t n, bool clean, bool *present,
+			int *refuse)
+{
+	char gen[48];
+	uint32_t h;
+	if (n == 0) { /* 2^-64 odds of meeting an id in use at 2^32 sessions; checked anyway */
+		bool taken = true;
+		while (taken) {
+			n = assign_id(gen, sizeof gen);
+			h = id_hash(gen, n);
+			WEFT_WITH_LOCK(&tlock)
+				taken = find(gen, n, h) != NULL;
+		}
 		id = gen;
 	}
-	uint32_t h = id_hash(id, n);
+	h = id_hash(id, n);
 	session *s = NULL, *old = NULL;
+	const char *who = c->user_proven ? c->user : NULL;
+	*refuse = MQ_RC_SERVER_UNAVAILABLE;
 	/* take over from a connection still attached: kick it, wait for it to let go */
 	for (int tries = 0;; tries++) {
 		conn *busy = NULL;
 		WEFT_WITH_LOCK(&tlock) {
 			s = find(id, n, h);
+			if (s && !owned_by(s, who, c->user_len)) {
+				*refuse = MQ_RC_NOT_AUTHORIZED;
+				s = NULL;
+				break; /* out of WEFT_WITH_LOCK, which unlocks */
+			}
 			if (s)
 				WEFT_WITH_LOCK(&s->lock) {
 					busy = s->conn;
@@ -207,6 +276,7 @@ session *session_attach(conn *c, const char *id, uint16_t n, bool clean, bool *p
 			}
 			if (!busy && !s) {
 				s = session_new(id, n, h);
+				own(s, who, c->user_len);
 				s->hnext = table[h % NBUCKETS];
 				table[h % NBUCKETS] = s;
 				nsessions++;
@@ -216,6 +286,8 @@ session *session_attach(conn *c, const char *id, uint16_t n, bool clean, bool *p
 			}
 			if (!busy) {
 				WEFT_WITH_LOCK(&s->lock) {
+					if (s->owner_unknown)
+						own(s, who, c->user_len);
 					s->conn = c;
 					atomic_store(&s->online, 1);
 					s->will_pending = false;
@@ -260,7 +332,7 @@ session *session_find(const char *id, uint16_t n)
 }
 
 session *session_restore(const char *id, uint16_t n, uint8_t version, uint32_t expiry_interval,
-			 int64_t expire_at)
+			 int64_t expire_at, const char *owner, uint16_t owner_len, bool owner_known)
 {
 	uint32_t h = id_hash(id, n);
 	session *s;
@@ -272,6 +344,11 @@ session *session_restore(const char *id, uint16_t n, uint8_t version, uint32_t e
 			table[h % NBUCKETS] = s;
 			nsessions++;
 		}
+		own(s, owner, owner_len);
+		s->owner_unknown = !owner_known;
+		/* what it may read until its client binds again: its owner's rules (the anonymous
+		 * ones where the owner was not kept), never none at all */
+		access_bind(s, owner, owner_len);
 		s->version = version;
 		s->expiry_interval = expiry_interval;
 		s->expire_at = expire_at;
@@ -637,8 +714,11 @@ static void fill_window(session *s)
 	int64_t now = weft_now();
 	while (s->queue && s->ninflight < s->window) {
 		dlv *d = queue_pop(s);
-		if (msg_expired(d->m, now)) {
-			stats_add(ST_DROP_EXPIRED, 1);
+		/* checked against the client's rules again as it goes out: they were the session's
+		 * binding when it was queued, and may have been reloaded since */
+		bool expired = msg_expired(d->m, now);
+		if (expired || !access_read(s, d->m)) {
+			stats_add(expired ? ST_DROP_EXPIRED : ST_PUB_DROPPED, 1);
 			forget(s, d);
 			msg_unref(d->m);
 			pool_free(d);
@@ -901,14 +981,16 @@ void session_resume(session *s, conn *by)
 		for (dlv *d = s->inflight; d;) {
 			dlv *next = d->next;
 			int r = 0;
-			if (d->state == 0) {
+			if (d->state == 0 && !access_read(s, d->m)) { /* the rules changed */
+				r = -1;
+			} else if (d->state == 0) {
 				r = encode_pub(s, d->m, d->qos, d->pid, 1, d->retain, d->subid, d->nsub, now);
 			} else {
 				uint8_t pkt[8];
 				size_t n = mq_enc_ack(pkt, s->version, MQ_PUBREL, d->pid, 0, NULL);
 				memcpy(out_room(s, n), pkt, n);
 			}
-			if (r < 0) { /* too large for this connection: dropped */
+			if (r < 0) { /* too large for this connection, or not to be read: dropped */
 				if (d->mid)
 					persist_ack(s, d->pid);
 				if (prev)

@@ -80,6 +80,8 @@ typedef struct op {
 	uint16_t id_len, s_len, pid;
 	uint8_t qos, retain, state, opts, version, mqos, nsubid;
 	bool pin;              /* OP_ENQ: a shared message, pinned until OP_RELEASE */
+	bool anon;             /* OP_PUT_SES: owned by anonymous clients (s: the owner's name) */
+	bool owned;            /* OP_PUT_SES: the owner is known */
 	uint32_t subid[4];
 	uint32_t props_len, payload_len;
 	char *id, *s;          /* client id; topic or filter */
@@ -92,8 +94,8 @@ typedef struct op {
 	X(ret_put, "INSERT OR REPLACE INTO retained(topic,qos,props,payload,expiry) "           \
 		   "VALUES(?1,?2,?3,?4,?5)")                                                    \
 	X(ret_del, "DELETE FROM retained WHERE topic=?1")                                       \
-	X(ses_put, "INSERT OR REPLACE INTO sessions(id,version,expiry_interval,disconnected_at) " \
-		   "VALUES(?1,?2,?3,?4)")                                                       \
+	X(ses_put, "INSERT OR REPLACE INTO sessions(id,version,expiry_interval,disconnected_at," \
+		   "owner,owned) VALUES(?1,?2,?3,?4,?5,?6)")                                    \
 	X(ses_del, "DELETE FROM sessions WHERE id=?1")                                          \
 	X(ses_subs, "DELETE FROM subs WHERE id=?1")                                             \
 	X(ses_rel, "DELETE FROM rel WHERE id=?1")                                               \
@@ -128,15 +130,17 @@ enum { STATEMENTS(X_ENUM) S_COUNT };
 #define X_SQL(name, sql) sql,
 static const char *const stmt_sql[] = { STATEMENTS(X_SQL) };
 
-/* Version 2 added queue.retain, queue.subids and wills (upgrade: schema_v1_to_v2). */
-#define SCHEMA_VERSION 2
+/* Version 2 added queue.retain, queue.subids and wills (upgrade: schema_v1_to_v2); version 3
+ * sessions.owner and owned (schema_v2_to_v3): who a session belongs to, the username or NULL
+ * for anonymous; owned is 0 in rows written before, whose owner nobody knows. */
+#define SCHEMA_VERSION 3
 static const char *const schema =
 	"CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v);"
-	"INSERT OR IGNORE INTO meta VALUES('schema', 2);"
+	"INSERT OR IGNORE INTO meta VALUES('schema', 3);"
 	"CREATE TABLE IF NOT EXISTS retained(topic BLOB PRIMARY KEY, qos INT, props BLOB,"
 	" payload BLOB, expiry INT);"
 	"CREATE TABLE IF NOT EXISTS sessions(id BLOB PRIMARY KEY, version INT,"
-	" expiry_interval INT, disconnected_at INT);"
+	" expiry_interval INT, disconnected_at INT, owner BLOB, owned INT NOT NULL DEFAULT 0);"
 	"CREATE TABLE IF NOT EXISTS subs(id BLOB, filter BLOB, opts INT, subid INT,"
 	" PRIMARY KEY(id, filter)) WITHOUT ROWID;"
 	"CREATE TABLE IF NOT EXISTS msgs(mid INTEGER PRIMARY KEY, topic BLOB, qos INT,"
@@ -158,6 +162,13 @@ static const char *const schema_v1_to_v2 =
 	"CREATE TABLE IF NOT EXISTS wills(id BLOB PRIMARY KEY, topic BLOB, qos INT, retain INT,"
 	" props BLOB, payload BLOB, expiry INT, delay INT, at INT);"
 	"UPDATE meta SET v=2 WHERE k='schema';"
+	"COMMIT;";
+
+static const char *const schema_v2_to_v3 =
+	"BEGIN;"
+	"ALTER TABLE sessions ADD COLUMN owner BLOB;"
+	"ALTER TABLE sessions ADD COLUMN owned INT NOT NULL DEFAULT 0;"
+	"UPDATE meta SET v=3 WHERE k='schema';"
 	"COMMIT;";
 
 struct store {
@@ -291,6 +302,11 @@ static int apply(store *st, const op *o)
 		sqlite3_bind_int(s, 2, o->version);
 		sqlite3_bind_int64(s, 3, o->u32);
 		sqlite3_bind_int64(s, 4, o->time);
+		if (o->anon)
+			sqlite3_bind_null(s, 5);
+		else
+			bind_blob(s, 5, o->s, o->s_len);
+		sqlite3_bind_int(s, 6, o->owned);
 		return run(s);
 	case OP_DEL_SES:
 		return by_id(st, S_ses_del, o) || by_id(st, S_ses_subs, o) ||
@@ -547,9 +563,13 @@ int64_t store_put_session(store *st, const store_session *s)
 {
 	if (!s || (s->id_len && !s->id))
 		return -EINVAL;
-	op *o = op_new(OP_PUT_SES, s->id, s->id_len, NULL, 0, NULL, 0, NULL, 0);
-	if (o)
+	if (s->owner_len && !s->owner)
+		return -EINVAL;
+	op *o = op_new(OP_PUT_SES, s->id, s->id_len, s->owner, s->owner_len, NULL, 0, NULL, 0);
+	if (o) {
 		o->version = s->version, o->u32 = s->expiry_interval, o->time = s->disconnected_at;
+		o->anon = !s->owner, o->owned = s->owner_known;
+	}
 	return submit(st, o, NULL);
 }
 
@@ -764,11 +784,14 @@ static int open_db(store *st, char *err, size_t cap)
 	int64_t v = 0;
 	if (query_int(st, "SELECT count(*) FROM sqlite_master WHERE name='meta'") > 0)
 		v = query_int(st, "SELECT v FROM meta WHERE k='schema'");
-	if (v == 1 && sqlite3_exec(st->db, schema_v1_to_v2, NULL, NULL, NULL) != SQLITE_OK) {
-		snprintf(err, cap, "%s: upgrading from schema 1: %s", st->path, sqlite3_errmsg(st->db));
-		sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
-		return -1;
-	}
+	static const char *const upgrade[] = { NULL, schema_v1_to_v2, schema_v2_to_v3 };
+	for (; v >= 1 && v < SCHEMA_VERSION; v++)
+		if (sqlite3_exec(st->db, upgrade[v], NULL, NULL, NULL) != SQLITE_OK) {
+			snprintf(err, cap, "%s: upgrading from schema %lld: %s", st->path,
+				 (long long)v, sqlite3_errmsg(st->db));
+			sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+			return -1;
+		}
 	if (sqlite3_exec(st->db, schema, NULL, NULL, NULL) != SQLITE_OK)
 		goto sql_error;
 	v = query_int(st, "SELECT v FROM meta WHERE k='schema'");
@@ -896,7 +919,8 @@ static void col_msg(sqlite3_stmt *s, int i, store_msg *m)
 
 enum { L_SESSIONS, L_SUBS, L_QUEUE, L_REL, L_WILLS, L_RETAINED };
 static const char *const load_sql[] = {
-	"SELECT id, version, expiry_interval, disconnected_at FROM sessions ORDER BY id",
+	("SELECT id, version, expiry_interval, disconnected_at, owner, owned FROM sessions"
+	 " ORDER BY id"),
 	"SELECT id, filter, opts, subid FROM subs",
 	("SELECT q.id, q.mid, q.qos, q.pid, q.state, m.topic, m.qos, m.retain, m.props, m.payload,"
 	 " m.expiry, q.seq, q.retain, q.subids FROM queue q JOIN msgs m ON m.mid = q.mid"
@@ -913,9 +937,16 @@ static void load_row(int what, sqlite3_stmt *s, const store_callbacks *cb, void 
 	switch (what) {
 	case L_SESSIONS:
 		if (cb->session) {
-			store_session ss = { id, (uint16_t)n, (uint8_t)sqlite3_column_int(s, 1),
-					     (uint32_t)sqlite3_column_int64(s, 2),
-					     sqlite3_column_int64(s, 3) };
+			store_session ss = {
+				.id = id,
+				.id_len = (uint16_t)n,
+				.version = (uint8_t)sqlite3_column_int(s, 1),
+				.expiry_interval = (uint32_t)sqlite3_column_int64(s, 2),
+				.disconnected_at = sqlite3_column_int64(s, 3),
+			};
+			if (sqlite3_column_type(s, 4) != SQLITE_NULL)
+				ss.owner = col_blob(s, 4, &n2), ss.owner_len = (uint16_t)n2;
+			ss.owner_known = sqlite3_column_int(s, 5) != 0;
 			cb->session(arg, &ss);
 		}
 		break;

@@ -84,6 +84,9 @@ typedef struct store_session {
 	uint8_t version;          /* protocol level: 4 (3.1.1) or 5 */
 	uint32_t expiry_interval; /* seconds; UINT32_MAX: never */
 	int64_t disconnected_at;  /* Unix seconds, 0 while connected: the expiry counts from it */
+	const char *owner;        /* the username it belongs to, NULL: anonymous clients' */
+	uint16_t owner_len;
+	bool owner_known;         /* false in rows from before owners were kept (schema < 3) */
 } store_session;
 
 /* ---- writes: each returns a ticket > 0 or -errno ------------------------------------------ */

@@ -66,9 +66,16 @@ for (const v of [4, 5]) {
 		const PUBREC = 5, PUBREL = 6;
 		const cuts = { 2: [pp, 'down', PUBREC], 4: [pp, 'up', PUBREL], 6: [sp, 'up', PUBREC], 8: [sp, 'down', PUBREL] };
 		for (let i = 0; i < 12; i++) {
-			if (cuts[i]) cuts[i][0].cut({ dir: cuts[i][1], type: cuts[i][2] });
+			if (cuts[i]) {
+				// the publisher's PUBCOMP can come before the subscriber's flow has passed
+				// the previous cut: arming again would replace it, not add one
+				const px = cuts[i][0];
+				await until(() => !px.armed, 5000, 'the previous cut on the same proxy');
+				px.cut({ dir: cuts[i][1], type: cuts[i][2] });
+			}
 			await p.publishAsync('x/t', `m${i}`, { qos: 2 });
 		}
+		await until(() => !pp.armed && !sp.armed, 5000, 'the last cuts');
 		await until(() => s.messages.length >= 12, 5000, 'twelve messages');
 		await sleep(300); // time for a duplicate to show
 		eq(pp.cuts + sp.cuts, 4, 'connections cut');

@@ -13,12 +13,12 @@
 //
 // weft-mqtt only (BROKER=mosquitto writes its database only at intervals and on exit, so it
 // loses acknowledged messages on kill -9 by design).
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { test, startBroker, crashBroker, stopBroker, client, raw, connectPacket, subscribePacket,
 	publishPacket, packet, u16, run, until, eq, assert, sleep, BROKER, PUBLISH, PUBREC, PUBREL,
-	PUBCOMP } from './lib.mjs';
+	PUBCOMP, skip } from './lib.mjs';
 
 const dirs = [];
 process.on('exit', () => { for (const d of dirs) rmSync(d, { recursive: true, force: true }); });
@@ -35,7 +35,7 @@ for (const how of ['restart', 'kill9']) {
 	for (const v of [4, 5]) {
 		const tag = `${how}_${v === 4 ? 'v311' : 'v5'}`;
 		test(`persist_${tag}`, async () => {
-			if (BROKER !== 'weft') return;
+			if (BROKER !== 'weft') skip('tests weft-mqtt\'s own store');
 			const conf = store();
 			await startBroker(conf);
 			const persistent = v === 5 ? { clean: false, properties: { sessionExpiryInterval: 3600 } } : { clean: false };
@@ -90,7 +90,7 @@ async function rawSubscriber(id, filter, qos) {
 }
 
 test('persist_inflight_dup_v311', async () => {
-	if (BROKER !== 'weft') return;
+	if (BROKER !== 'weft') skip('tests weft-mqtt\'s own store');
 	const conf = store();
 	await startBroker(conf);
 	let c = await rawSubscriber('slow', 'inf/#', 1);
@@ -116,7 +116,7 @@ test('persist_inflight_dup_v311', async () => {
 // each of two persistent subscribers (the messages are stored once for both: the pinning of
 // shared messages is on the path).
 test('persist_crash_zero_loss', async () => {
-	if (BROKER !== 'weft') return;
+	if (BROKER !== 'weft') skip('tests weft-mqtt\'s own store');
 	const conf = store();
 	const acked = new Set(), received = [new Set(), new Set()];
 	const kills = 5;
@@ -209,7 +209,7 @@ async function explainLoss(lost, received, rounds, subs, conf) {
 
 // Messages that expire while queued, or are acknowledged, leave nothing in the database.
 test('persist_expired_forgotten_v5', async () => {
-	if (BROKER !== 'weft') return;
+	if (BROKER !== 'weft') skip('tests weft-mqtt\'s own store');
 	const conf = store();
 	await startBroker(conf);
 	const persistent = { clean: false, properties: { sessionExpiryInterval: 3600 } };
@@ -256,7 +256,7 @@ const P5 = { clean: false, properties: { sessionExpiryInterval: 3600 } };
 // subscription identifiers of the subscriptions it matched, and its own properties.
 for (const how of ['restart', 'kill9']) {
 	test(`persist_delivery_fields_${how}_v5`, async () => {
-		if (BROKER !== 'weft') return;
+		if (BROKER !== 'weft') skip('tests weft-mqtt\'s own store');
 		const conf = store();
 		await startBroker(conf);
 		let s = await client(5, { clientId: 'fields', ...P5 });
@@ -301,7 +301,7 @@ for (const how of ['restart', 'kill9']) {
 // Subscription options and shared subscriptions through kill -9: no-local, retain handling
 // (the subscription exists after the restart), $share groups (one member per message).
 test('persist_subscription_options_v5', async () => {
-	if (BROKER !== 'weft') return;
+	if (BROKER !== 'weft') skip('tests weft-mqtt\'s own store');
 	const conf = store();
 	await startBroker(conf);
 	const p = await client(5);
@@ -334,7 +334,7 @@ test('persist_subscription_options_v5', async () => {
 // Session expiry counts from the disconnection, across the broker's downtime; a session that
 // was connected at a crash counts from the restart. The protocol level comes back too.
 test('persist_session_expiry_v5', async () => {
-	if (BROKER !== 'weft') return;
+	if (BROKER !== 'weft') skip('tests weft-mqtt\'s own store');
 	const conf = store();
 	await startBroker(conf);
 	const short = await client(5, { clientId: 'short', clean: false, properties: { sessionExpiryInterval: 1 } });
@@ -363,7 +363,7 @@ test('persist_session_expiry_v5', async () => {
 // published after the restart, after the delay (counted from the restart); one whose client
 // comes back in time is not; a retained will stays retained through a further restart.
 test('persist_will_after_crash_v5', async () => {
-	if (BROKER !== 'weft') return;
+	if (BROKER !== 'weft') skip('tests weft-mqtt\'s own store');
 	const conf = store();
 	await startBroker(conf);
 	let w = await client(5, { clientId: 'watcher', ...P5 });
@@ -402,7 +402,7 @@ test('persist_will_after_crash_v5', async () => {
 // it is due, after the restart.
 for (const how of ['restart', 'kill9']) {
 	test(`persist_will_pending_${how}_v5`, async () => {
-		if (BROKER !== 'weft') return;
+		if (BROKER !== 'weft') skip('tests weft-mqtt\'s own store');
 		const conf = store();
 		await startBroker(conf);
 		const w = await client(5, { clientId: 'watcher', ...P5 });
@@ -431,7 +431,7 @@ for (const how of ['restart', 'kill9']) {
 // must be forgotten on disk too, or the client's next message with that id is taken for a
 // resend of the old one and never delivered.
 test('persist_qos2_pubcomp_durable', async () => {
-	if (BROKER !== 'weft') return;
+	if (BROKER !== 'weft') skip('tests weft-mqtt\'s own store');
 	const conf = store();
 	process.env.WEFT_MQTT_STORE_COMMIT_DELAY_MS = '300';
 	try {
@@ -467,7 +467,7 @@ test('persist_qos2_pubcomp_durable', async () => {
 // does not: the new connection's CONNECT writes the session, and its CONNACK waits for that
 // write and so for every earlier one.)
 test('persist_qos2_resend_durable', async () => {
-	if (BROKER !== 'weft') return;
+	if (BROKER !== 'weft') skip('tests weft-mqtt\'s own store');
 	const conf = store();
 	process.env.WEFT_MQTT_STORE_COMMIT_DELAY_MS = '400';
 	try {
@@ -500,7 +500,7 @@ test('persist_qos2_resend_durable', async () => {
 // Messages that expire while the broker is down are not delivered after the restart (neither
 // queued ones not sent yet nor retained ones).
 test('persist_expired_while_down_v5', async () => {
-	if (BROKER !== 'weft') return;
+	if (BROKER !== 'weft') skip('tests weft-mqtt\'s own store');
 	const conf = store();
 	await startBroker(conf);
 	let s = await client(5, { clientId: 'exd', ...P5 });
@@ -527,16 +527,14 @@ test('persist_expired_while_down_v5', async () => {
 // ---- a message fanned out to many persistent sessions is stored once -----------------------
 
 test('persist_fanout_stored_once', async () => {
-	if (BROKER !== 'weft') return;
+	if (BROKER !== 'weft') skip('tests weft-mqtt\'s own store');
 	const conf = store();
 	const db = path.join(conf.persistence_location, 'weft-mqtt.db');
-	const haveSqlite = existsSync('/usr/bin/sqlite3');
-	if (!haveSqlite) console.log('the database checks skipped: sqlite3 is not installed (Debian: sqlite3)');
-	// stops the broker; the rows in the database, or what is wanted when it cannot be read
-	const count = async (want) => {
+	if (!existsSync('/usr/bin/sqlite3')) skip('the rows are counted with sqlite3, which is not installed (Debian: sqlite3)');
+	// stops the broker; the rows in the database
+	const count = async () => {
 		const wrong = await stopBroker();
 		if (wrong) throw new Error(wrong);
-		if (!haveSqlite) return want;
 		const r = await run('sqlite3', [db, 'SELECT (SELECT count(*) FROM msgs), (SELECT count(*) FROM queue)']);
 		return r.stdout.trim();
 	};
@@ -550,7 +548,7 @@ test('persist_fanout_stored_once', async () => {
 	await sleep(100);
 	const p = await client(4);
 	for (let i = 0; i < M; i++) await p.publishAsync('fan/t', `m${i}`, { qos: 1 });
-	eq(await count(`${M}|${N * M}`), `${M}|${N * M}`, 'messages stored once, a queue row per session');
+	eq(await count(), `${M}|${N * M}`, 'messages stored once, a queue row per session');
 	await startBroker(conf);
 	const subs = [];
 	for (let i = 0; i < N; i++) subs.push(await client(4, { clientId: `fan-${i}`, clean: false }));
@@ -560,7 +558,7 @@ test('persist_fanout_stored_once', async () => {
 	await sleep(300);
 	for (const s of subs) eq(s.messages.map((m) => m.payload).join(), [...Array(M).keys()].map((i) => `m${i}`)
 		.concat([...Array(M).keys()].map((i) => `n${i}`)).join(), 'all messages, in order');
-	eq(await count('0|0'), '0|0', 'nothing left once every session acknowledged');
+	eq(await count(), '0|0', 'nothing left once every session acknowledged');
 	await startBroker(conf);
 });
 
@@ -576,7 +574,7 @@ const slowStart = async (conf, ms) => {
 };
 
 test('persist_unsubscribe_durable', async () => {
-	if (BROKER !== 'weft') return;
+	if (BROKER !== 'weft') skip('tests weft-mqtt\'s own store');
 	const conf = store();
 	await slowStart(conf, 400);
 	let s = await client(4, { clientId: 'unsub', clean: false });
@@ -592,7 +590,7 @@ test('persist_unsubscribe_durable', async () => {
 });
 
 test('persist_clean_takeover_durable', async () => {
-	if (BROKER !== 'weft') return;
+	if (BROKER !== 'weft') skip('tests weft-mqtt\'s own store');
 	const conf = store();
 	await slowStart(conf, 400);
 	const s = await client(4, { clientId: 'tk', clean: false });
@@ -611,7 +609,7 @@ test('persist_clean_takeover_durable', async () => {
 // had its PUBREC resends the PUBLISH (DUP) after the restart and it is not delivered again; a
 // subscriber that had sent its PUBREC gets the PUBREL again after the restart, not the message.
 test('persist_qos2_exactly_once_across_crash', async () => {
-	if (BROKER !== 'weft') return;
+	if (BROKER !== 'weft') skip('tests weft-mqtt\'s own store');
 	const conf = store();
 	await startBroker(conf);
 	let sub = await rawSubscriber('x2sub', 'x2/#', 2);
@@ -646,7 +644,7 @@ test('persist_qos2_exactly_once_across_crash', async () => {
 // comes after that write is durable (the CONNECT's session write is later in the same order),
 // so a crash right after it loses nothing the old connection published.
 test('persist_takeover_pending_write', async () => {
-	if (BROKER !== 'weft') return;
+	if (BROKER !== 'weft') skip('tests weft-mqtt\'s own store');
 	const conf = store();
 	await slowStart(conf, 400);
 	let s = await client(4, { clientId: 'tko-sub', clean: false });
@@ -667,3 +665,36 @@ test('persist_takeover_pending_write', async () => {
 	c1.close();
 	c2.close();
 });
+
+// A session's owner is stored with it: after a restart, another user still cannot resume it.
+for (const how of ['restart', 'kill9']) {
+	test(`persist_session_owner_${how}_v5`, async () => {
+		if (BROKER !== 'weft') skip('tests weft-mqtt\'s own store');
+		const conf = store();
+		const pw = path.join(conf.persistence_location, 'passwd');
+		writeFileSync(pw, 'bob:bob-pw\nalice:alice-pw\n');
+		Object.assign(conf, { password_file: pw, allow_plain_passwords: 'true', allow_anonymous: 'false' });
+		await startBroker(conf);
+		const keep = { clean: false, properties: { sessionExpiryInterval: 3600 } };
+		const bob = await client(5, { clientId: 'bobsess', username: 'bob', password: 'bob-pw', ...keep });
+		await bob.subscribeAsync('bob/q', { qos: 1 });
+		await bob.endAsync();
+		const other = await client(5, { clientId: 'pub', username: 'alice', password: 'alice-pw' });
+		await other.publishAsync('bob/q', 'bob-private', { qos: 1 });
+		await other.endAsync();
+		if (how === 'restart') {
+			const wrong = await stopBroker();
+			if (wrong) throw new Error(wrong);
+		} else {
+			await crashBroker();
+		}
+		await startBroker(conf);
+		let code = 0;
+		await client(5, { clientId: 'bobsess', username: 'alice', password: 'alice-pw', ...keep })
+			.catch((e) => { code = e.code; });
+		eq(code, 0x87, "alice resuming bob's restored session");
+		const back = await client(5, { clientId: 'bobsess', username: 'bob', password: 'bob-pw', ...keep });
+		await until(() => back.messages.length >= 1, 3000, "bob's queued message");
+		eq(got(back), ['bob/q bob-private'], 'bob gets it after the restart');
+	});
+}

@@ -22,7 +22,7 @@
 // of 2, one PUBACK lets it send two more: three in flight, MQTT-3.3.4-9).
 import {
 	test, startBroker, client, raw, until, eq, assert, sleep, connectPacket, subscribePacket,
-	publishPacket, packet, str, u16, varint, CONNACK, PUBLISH, PUBACK, DISCONNECT,
+	publishPacket, packet, str, u16, varint, CONNACK, PUBLISH, PUBACK, DISCONNECT, BROKER,
 } from './lib.mjs';
 import { readFileSync } from 'node:fs';
 
@@ -255,14 +255,54 @@ test('connack_bad_client_id_v5', async () => {
 		`no CONNACK, or CONNACK client identifier not valid / malformed (got ${code})`);
 });
 
+// The Assigned Client Identifier of a 5.0 CONNACK's body, or null (the properties walked by
+// type: one-byte, two- and four-byte integers, strings and string pairs).
+function assignedId(body) {
+	let i = 2, len = 0, shift = 0;
+	for (;;) {
+		const b = body[i++];
+		len += (b & 127) << shift;
+		shift += 7;
+		if (!(b & 128)) break;
+	}
+	const end = i + len;
+	const size = { 0x24: 1, 0x25: 1, 0x28: 1, 0x29: 1, 0x2a: 1, 0x13: 2, 0x21: 2, 0x22: 2, 0x11: 4, 0x27: 4 };
+	while (i < end) {
+		const id = body[i++];
+		if (size[id]) { i += size[id]; continue; }
+		const n = body.readUInt16BE(i);
+		if (id === 0x12) return body.subarray(i + 2, i + 2 + n).toString();
+		i += 2 + n;
+		if (id === 0x26) i += 2 + body.readUInt16BE(i); // a user property: a pair
+	}
+	return null;
+}
+
+// An assigned client id must not be guessable: knowing one (ours) must not tell another (a
+// victim's, whose session a client with clean start 0 would resume). 128 random bits in hex,
+// and two ids in a row share no more bits than chance does.
 test('connack_assigned_client_id_v5', async () => {
 	await startBroker();
-	const c = await raw();
-	await c.send(connectPacket({ version: 5, clientId: '' }));
-	await until(() => c.of(CONNACK).length, 3000, 'CONNACK');
-	const body = c.of(CONNACK)[0].body;
-	eq(body[1], 0, 'accepted');
-	assert(body.includes(0x12), 'CONNACK carries an Assigned Client Identifier property');
+	const ids = [];
+	for (let k = 0; k < 2; k++) {
+		const c = await raw();
+		await c.send(connectPacket({ version: 5, clientId: '' }));
+		await until(() => c.of(CONNACK).length, 3000, 'CONNACK');
+		const body = c.of(CONNACK)[0].body;
+		eq(body[1], 0, 'accepted');
+		const id = assignedId(body);
+		assert(id !== null, 'CONNACK carries an Assigned Client Identifier property');
+		ids.push(id);
+	}
+	if (BROKER !== 'weft') return;
+	for (const id of ids) assert(/^auto-[0-9a-f]{32}$/.test(id), `an id of 128 bits in hex (${id})`);
+	let differ = 0;
+	for (let j = 5; j < ids[0].length; j++) {
+		let x = parseInt(ids[0][j], 16) ^ parseInt(ids[1][j], 16);
+		for (; x; x &= x - 1) differ++;
+	}
+	// random ids differ in 64 of 128 bits on average; fewer than 32 has odds below 10^-8
+	assert(differ >= 32, `two assigned ids differ in ${differ} of 128 bits (${ids.join(', ')})`);
 });
 
 test('malformed_unknown_property_v5', async () => {

@@ -248,9 +248,7 @@ TEST(connect_decision)
 	/* CONNACK codes: 5.0 reason codes, 3.1.1 "not authorized" */
 	CHECK_EQ(auth_connack_code(AUTH_BAD_CREDENTIALS, 5), 0x86);
 	CHECK_EQ(auth_connack_code(AUTH_NOT_AUTHORIZED, 5), 0x87);
-	CHECK_EQ(auth_connack_code(AUTH_RATE_LIMITED, 5), 0x9F);
 	CHECK_EQ(auth_connack_code(AUTH_BAD_CREDENTIALS, 4), 0x05);
-	CHECK_EQ(auth_connack_code(AUTH_RATE_LIMITED, 3), 0x05);
 	auth_clear();
 }
 
@@ -322,7 +320,24 @@ TEST(reload_under_readers)
 	auth_clear();
 }
 
-TEST(rate_limit)
+/* What the broker does with a CONNECT: book its turn, then check it at that time. Returns the
+ * result; *turn_at (when not NULL) gets the turn. */
+static auth_result attempt(const char *u, const char *p, const void *from, int64_t now,
+			   int64_t *turn_at)
+{
+	auth_req r = { .user = u, .user_len = u ? strlen(u) : 0, .password = p,
+		       .password_len = p ? strlen(p) : 0, .from = from, .now = now };
+	int64_t t = auth_turn(&r);
+	CHECK(t >= now && t <= now + AUTH_MAX_WAIT);
+	if (turn_at)
+		*turn_at = t;
+	r.now = t;
+	return auth_check(&r);
+}
+
+/* Guessing is slowed down per (address, username) and per address, and nobody is locked out:
+ * the right password gets in at its turn, however many wrong ones came from its address. */
+TEST(pace_never_locks_out)
 {
 	char err[512];
 	CHECK_EQ(auth_reload(MQTT_TEST_DATA "/passwd", NULL, err, sizeof err), 0);
@@ -330,50 +345,79 @@ TEST(rate_limit)
 	auth_set_limits(&l);
 	auth_limit_reset();
 	struct sockaddr_in a = v4("10.0.0.1"), b = v4("10.0.0.2");
-	int64_t t0 = 1000000 * MS;
-	for (int i = 0; i < 3; i++)
-		CHECK_EQ(check("alice", "guess", &a, false, t0), AUTH_BAD_CREDENTIALS);
-	/* blocked now, even with the right password, and without hashing anything */
-	CHECK_EQ(check("alice", "alice-pw", &a, false, t0), AUTH_RATE_LIMITED);
-	CHECK_EQ(check("alice", "alice-pw", &a, false, t0 + 999 * MS), AUTH_RATE_LIMITED);
-	/* another address is not affected */
-	CHECK_EQ(check("alice", "alice-pw", &b, false, t0), AUTH_OK);
-	/* one interval later one more try is allowed; a success costs nothing */
-	CHECK_EQ(check("alice", "alice-pw", &a, false, t0 + 1000 * MS), AUTH_OK);
-	CHECK_EQ(check("alice", "alice-pw", &a, false, t0 + 1000 * MS), AUTH_OK);
-	CHECK_EQ(check("alice", "guess", &a, false, t0 + 1000 * MS), AUTH_BAD_CREDENTIALS);
-	CHECK_EQ(check("alice", "alice-pw", &a, false, t0 + 1500 * MS), AUTH_RATE_LIMITED);
-	/* refused anonymous clients count too */
-	for (int i = 0; i < 3; i++)
-		CHECK_EQ(check(NULL, NULL, &b, false, t0), AUTH_NOT_AUTHORIZED);
-	CHECK_EQ(check(NULL, NULL, &b, true, t0), AUTH_RATE_LIMITED);
-	/* long after, the slate is clean: a full burst again */
-	int64_t t1 = t0 + 60000 * MS;
-	for (int i = 0; i < 3; i++)
-		CHECK_EQ(check("alice", "guess", &a, false, t1), AUTH_BAD_CREDENTIALS);
-	CHECK_EQ(check("alice", "alice-pw", &a, false, t1), AUTH_RATE_LIMITED);
+	int64_t t0 = 1000000 * MS, at;
+	for (int i = 0; i < 3; i++) { /* the burst: checked at once */
+		CHECK_EQ(attempt("alice", "guess", &a, t0, &at), AUTH_BAD_CREDENTIALS);
+		CHECK_EQ(at, t0);
+	}
+	/* the fourth waits an interval, and the right password is not refused: it gets in */
+	CHECK_EQ(attempt("alice", "alice-pw", &a, t0, &at), AUTH_OK);
+	CHECK_EQ(at, t0 + 1000 * MS);
+	/* ...and gave its pair's debt back: the next is checked at once */
+	CHECK_EQ(attempt("alice", "alice-pw", &a, t0 + 1000 * MS, &at), AUTH_OK);
+	CHECK_EQ(at, t0 + 1000 * MS);
+	/* guesses made at once, as from many connections, are spaced one interval apart */
+	int64_t t1 = t0 + 100000 * MS;
+	for (int i = 0; i < 6; i++) {
+		CHECK_EQ(attempt("bob", "guess", &a, t1, &at), AUTH_BAD_CREDENTIALS);
+		CHECK_EQ(at, t1 + (i < 3 ? 0 : (i - 2) * 1000 * MS));
+	}
+	/* another name at the address, and the same name at another address, are not held up */
+	CHECK_EQ(attempt("alice", "alice-pw", &a, t1, &at), AUTH_OK);
+	CHECK_EQ(at, t1);
+	CHECK_EQ(attempt("bob", "b0b:with colon", &b, t1, &at), AUTH_OK);
+	CHECK_EQ(at, t1);
+	/* bob's right password at a waits its turn behind the guesses, then gets in */
+	CHECK_EQ(attempt("bob", "b0b:with colon", &a, t1, &at), AUTH_OK);
+	CHECK_EQ(at, t1 + 4000 * MS);
+	/* never more than AUTH_MAX_WAIT, however many wait */
+	int64_t t2 = t1 + 100000 * MS;
+	for (int i = 0; i < 50; i++)
+		attempt("bob", "guess", &a, t2, &at);
+	CHECK_EQ(at, t2 + AUTH_MAX_WAIT);
+	CHECK_EQ(attempt("bob", "b0b:with colon", &a, t2, &at), AUTH_OK);
+	CHECK_EQ(at, t2 + AUTH_MAX_WAIT);
+	/* one address trying many names (four times the burst at once, then four an interval) */
+	int64_t t3 = t2 + 100000 * MS;
+	char name[32];
+	for (int i = 0; i < 14; i++) {
+		snprintf(name, sizeof name, "user%d", i);
+		CHECK_EQ(attempt(name, "guess", &b, t3, &at), AUTH_BAD_CREDENTIALS);
+		CHECK_EQ(at, t3 + (i < 12 ? 0 : (i - 11) * 250 * MS));
+	}
+	/* anonymous clients refused count as a name of their own */
+	for (int i = 0; i < 4; i++)
+		attempt(NULL, NULL, &a, t3, &at);
+	CHECK_EQ(at, t3 + 1000 * MS);
 
 	/* IPv6: one /64 is one client; v4-mapped addresses are the IPv4 address */
+	auth_limit_reset();
 	struct sockaddr_in6 x1 = v6("2001:db8:1:2::1"), x2 = v6("2001:db8:1:2:ffff::9"),
 			    y = v6("2001:db8:1:3::1"), m = v6("::ffff:10.0.0.1");
 	for (int i = 0; i < 3; i++)
-		CHECK_EQ(check("bob", "guess", &x1, false, t1), AUTH_BAD_CREDENTIALS);
-	CHECK_EQ(check("bob", "b0b:with colon", &x2, false, t1), AUTH_RATE_LIMITED);
-	CHECK_EQ(check("bob", "b0b:with colon", &y, false, t1), AUTH_OK);
-	CHECK_EQ(check("bob", "b0b:with colon", &m, false, t1), AUTH_RATE_LIMITED);
+		attempt("bob", "guess", &x1, t3, NULL);
+	attempt("bob", "b0b:with colon", &x2, t3, &at);
+	CHECK_EQ(at, t3 + 1000 * MS);
+	attempt("bob", "b0b:with colon", &y, t3, &at);
+	CHECK_EQ(at, t3);
+	for (int i = 0; i < 3; i++)
+		attempt("carol", "guess", &a, t3, NULL);
+	attempt("carol", "guess", &m, t3, &at);
+	CHECK_EQ(at, t3 + 1000 * MS);
 
-	/* a flood of addresses with one failure each does not push out the blocked one, whose
-	 * debt is larger */
+	/* a flood of addresses with one attempt each does not push out the indebted pair */
 	for (int i = 0; i < 20000; i++) {
 		struct sockaddr_in s = { .sin_family = AF_INET };
 		s.sin_addr.s_addr = htonl(0x0b000000u + (uint32_t)i);
-		auth_limit_fail((struct sockaddr *)&s, t1);
+		attempt("alice", "guess", &s, t3, NULL);
 	}
-	CHECK_EQ(check("alice", "alice-pw", &a, false, t1), AUTH_RATE_LIMITED);
-	/* burst 0: no limit */
+	attempt("carol", "guess", &a, t3, &at);
+	CHECK_EQ(at, t3 + 2000 * MS);
+	/* burst 0: no pacing */
 	l.burst = 0;
 	auth_set_limits(&l);
-	CHECK_EQ(check("alice", "alice-pw", &a, false, t1), AUTH_OK);
+	attempt("carol", "guess", &a, t3, &at);
+	CHECK_EQ(at, t3);
 	auth_clear();
 }
 

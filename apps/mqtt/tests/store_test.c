@@ -80,8 +80,11 @@ static void add(dump *d, const char *fmt, ...)
 
 static void cb_session(void *arg, const store_session *s)
 {
-	add(arg, "S %.*s v%d e%u d%lld\n", s->id_len, s->id, s->version, s->expiry_interval,
-	    (long long)s->disconnected_at);
+	/* the owner: "by NAME", "by anonymous", or nothing when the row does not say */
+	add(arg, "S %.*s v%d e%u d%lld%s%.*s\n", s->id_len, s->id, s->version, s->expiry_interval,
+	    (long long)s->disconnected_at,
+	    !s->owner_known ? "" : s->owner ? " by " : " by anonymous",
+	    s->owner_known && s->owner ? s->owner_len : 0, s->owner ? s->owner : "");
 }
 
 static void cb_sub(void *arg, const char *id, uint16_t id_len, const char *f, uint16_t f_len,
@@ -172,8 +175,8 @@ static int64_t write_everything(store *st)
 	m = msg("a/c", "", 0); /* an empty payload clears */
 	CHECK(store_put_retained(st, &m) > 0);
 
-	store_session s1 = { S("alice"), 5, 3600, 0 };
-	store_session s2 = { S("bob"), 4, UINT32_MAX, 1800000000 };
+	store_session s1 = { S("alice"), 5, 3600, 0, S("alice-user"), true };
+	store_session s2 = { S("bob"), 4, UINT32_MAX, 1800000000, NULL, 0, true };
 	CHECK(store_put_session(st, &s1) > 0);
 	CHECK(store_put_session(st, &s2) > 0);
 	s1.disconnected_at = 1800000001; /* update */
@@ -224,8 +227,8 @@ static int64_t write_everything(store *st)
 }
 
 static const char *everything =
-	"S alice v5 e3600 d1800000001\n"
-	"S bob v4 e4294967295 d1800000000\n"
+	"S alice v5 e3600 d1800000001 by alice-user\n"
+	"S bob v4 e4294967295 d1800000000 by anonymous\n"
 	"U alice $share/g/y/+ o2 i0\n"
 	"U alice x/# o2 i8\n"
 	"U bob z o0 i0\n"
@@ -278,7 +281,7 @@ static int t_roundtrip(void *arg)
 	/* deleting a session takes everything it holds, and the messages only it held */
 	CHECK_EQ(store_wait(st, store_del_session(st, S("alice")), weft_now() + 5000 * MS), 0);
 	t = load_text(st);
-	expect(t, "S bob v4 e4294967295 d1800000000\n"
+	expect(t, "S bob v4 e4294967295 d1800000000 by anonymous\n"
 		  "U bob z o0 i0\n"
 		  "R bob 1\n"
 		  "W bob will/bob q2 r0 x0 d5 at1800000005 bob is gone\n"
@@ -965,5 +968,5 @@ TEST(upgrade_from_schema_1)
 		    "Q old t q1 p0 s0 r0 mr1 x0 props0 kept\n");
 	free(txt);
 	CHECK_EQ(store_close(st), 0);
-	CHECK_EQ(sql_int("SELECT v FROM meta WHERE k='schema'"), 2);
+	CHECK_EQ(sql_int("SELECT v FROM meta WHERE k='schema'"), 3);
 }
