@@ -7,10 +7,15 @@
  * encoded straight into the receivers' output buffers and hold none. The last unref returns
  * the block to the pool of whichever worker drops it.
  *
- * Properties are kept as the raw bytes the publisher sent, minus the two that are per hop: the
- * topic alias (each connection has its own) and the message expiry interval (kept as an
- * absolute deadline, and sent to each subscriber as what is left of it). Subscription ids
- * are the broker's to add.
+ * Properties are kept as the raw bytes the publisher sent, but only those that travel with an
+ * application message to its subscribers (MQTT 5.0, 3.3.2.3): payload format, content type,
+ * response topic, correlation data and user properties. The others are per hop - the topic
+ * alias (each connection has its own), the message expiry interval (kept as an absolute
+ * deadline, and sent to each subscriber as what is left of it), subscription ids (the broker's
+ * to add) - or do not belong in a PUBLISH at all: a will's properties come from the CONNECT,
+ * where the will delay interval sits among them, and a client that finds it in a PUBLISH may
+ * treat it as a protocol error (Python paho-mqtt's network thread dies on it). So this is a
+ * list of what is kept, not of what is dropped.
  */
 #include <string.h>
 
@@ -22,8 +27,9 @@ static uint32_t filter_props(const mq_bytes *in, uint8_t *out)
 	int id;
 	mq_bytes v, v2;
 	while (mq_props_next(in, &pos, &id, &num, &v, &v2)) {
-		if (id != MQ_P_TOPIC_ALIAS && id != MQ_P_MESSAGE_EXPIRY &&
-		    id != MQ_P_SUBSCRIPTION_ID) {
+		if (id == MQ_P_PAYLOAD_FORMAT || id == MQ_P_CONTENT_TYPE ||
+		    id == MQ_P_RESPONSE_TOPIC || id == MQ_P_CORRELATION_DATA ||
+		    id == MQ_P_USER_PROPERTY) {
 			if (out)
 				memcpy(out + n, in->p + prev, pos - prev);
 			n += pos - prev;

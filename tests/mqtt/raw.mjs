@@ -22,7 +22,7 @@
 // of 2, one PUBACK lets it send two more: three in flight, MQTT-3.3.4-9).
 import {
 	test, startBroker, client, raw, until, eq, assert, sleep, connectPacket, subscribePacket,
-	publishPacket, packet, str, u16, varint, CONNACK, PUBLISH, PUBACK, DISCONNECT, BROKER,
+	publishPacket, packet, str, u16, u32, varint, CONNACK, PUBLISH, PUBACK, DISCONNECT, BROKER,
 } from './lib.mjs';
 import { readFileSync } from 'node:fs';
 
@@ -303,6 +303,63 @@ test('connack_assigned_client_id_v5', async () => {
 	}
 	// random ids differ in 64 of 128 bits on average; fewer than 32 has odds below 10^-8
 	assert(differ >= 32, `two assigned ids differ in ${differ} of 128 bits (${ids.join(', ')})`);
+});
+
+// The ids of a 5.0 PUBLISH's properties, from its body.
+function publishPropIds(p) {
+	const b = p.body;
+	let i = 2 + b.readUInt16BE(0) + (((p.flags >> 1) & 3) ? 2 : 0);
+	let len = 0, shift = 0;
+	for (;;) {
+		const x = b[i++];
+		len += (x & 127) << shift;
+		shift += 7;
+		if (!(x & 128)) break;
+	}
+	const end = i + len, ids = [];
+	const size = { 0x01: 1, 0x02: 4, 0x18: 4, 0x23: 2 };
+	while (i < end) {
+		const id = b[i++];
+		ids.push(id);
+		if (size[id]) i += size[id];
+		else if (id === 0x0b) while (b[i++] & 128);
+		else {
+			i += 2 + b.readUInt16BE(i);
+			if (id === 0x26) i += 2 + b.readUInt16BE(i);
+		}
+	}
+	return ids;
+}
+
+// A will's PUBLISH carries only the will properties that belong in a PUBLISH: not the Will
+// Delay Interval (0x18), which a client may take for a protocol error (Python paho-mqtt's
+// network thread dies on it), and the Message Expiry Interval as what is left of it.
+test('will_publish_properties_v5', async () => {
+	await startBroker();
+	const sub = await raw();
+	await sub.send(connectPacket({ version: 5, clientId: 'will-watch' }));
+	await sub.send(subscribePacket(1, 'will/t', 1, 5));
+	await until(() => sub.of(9).length, 3000, 'SUBACK');
+	const willProps = Buffer.concat([
+		Buffer.from([0x18]), u32(0), // will delay interval: 0
+		Buffer.from([0x01, 1]), // payload format: UTF-8
+		Buffer.from([0x02]), u32(600), // message expiry interval
+		Buffer.from([0x03]), str('text/plain'), // content type
+		Buffer.from([0x08]), str('reply/here'), // response topic
+		Buffer.from([0x09]), str('corr'), // correlation data
+		Buffer.from([0x26]), str('k'), str('v'), // a user property
+	]);
+	const body = Buffer.concat([str('MQTT'), Buffer.from([5, 0x0e]), u16(60), varint(0), str('will-owner'),
+		varint(willProps.length), willProps, str('will/t'), str('gone')]);
+	const w = await raw();
+	await w.send(packet(1, 0, body));
+	await until(() => w.of(CONNACK).length, 3000, 'CONNACK');
+	w.close(); // no DISCONNECT: the will goes out
+	await until(() => sub.of(PUBLISH).length, 3000, 'the will');
+	const ids = publishPropIds(sub.of(PUBLISH)[0]);
+	eq(ids.filter((id) => id !== 0x02).sort((a, b) => a - b), [0x01, 0x03, 0x08, 0x09, 0x26],
+		'the will\'s PUBLISH properties (message expiry aside)');
+	assert(!ids.includes(0x18), 'no Will Delay Interval in a PUBLISH');
 });
 
 test('malformed_unknown_property_v5', async () => {

@@ -13,6 +13,7 @@ import './tls.mjs';
 import './persist.mjs';
 import './metrics.mjs';
 import './limits.mjs';
+import './paho.mjs';
 
 const arg = process.argv[2];
 if (!arg || arg === '--list') {
