@@ -98,6 +98,9 @@ for (const v of [4, 5]) {
 		const b = await startBroker();
 		const id = `persist-${tag}`;
 		const keep = v === 5 ? ['-x', '60'] : [];
+		// a clean start first: the session a run before left on this broker goes
+		const r0 = await run('mosquitto_sub', ['-p', String(b.port), '-V', V[v], '-i', id, '-t', 'p/t', '-E']);
+		assert(r0.code === 0, `mosquitto_sub -E exit ${r0.code}: ${r0.stderr}`);
 		const s = await sub(b, v, ['-i', id, '-c', ...keep, '-t', 'p/t', '-q', '1', '-C', '2']);
 		await pub(b, v, ['-t', 'p/t', '-q', '1', '-m', 'live']);
 		await s.done; // got sync and "live" and disconnected cleanly; the session stays

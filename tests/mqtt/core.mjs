@@ -59,6 +59,8 @@ for (const v of [4, 5]) {
 	test(`qos2_exactly_once_cut_${tag}`, async () => {
 		const b = await startBroker();
 		const pp = await proxy(b.port), sp = await proxy(b.port);
+		for (const id of [`xs-${tag}`, `xp-${tag}`]) // a clean start: no session of an earlier run
+			await (await client(v, { clientId: id, clean: true })).endAsync();
 		const opts = { clean: false, reconnectPeriod: 50, ...persist };
 		const s = await client(v, { clientId: `xs-${tag}`, ...opts }, sp.port);
 		await s.subscribeAsync('x/t', { qos: 2 });

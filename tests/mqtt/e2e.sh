@@ -7,7 +7,8 @@
 # directory this script is copied to); BROKER=mosquitto tests the Debian mosquitto instead,
 # which is how the tests themselves are checked. Each test starts its own broker on a free
 # 127.0.0.1 port. MQTT.js is installed into tests/mqtt/node_modules (npm ci, from the
-# committed package-lock.json) when it is missing.
+# committed package-lock.json) when it is missing. one_broker_twice runs every test twice on one
+# broker that runs throughout (twice.mjs).
 #
 # Skipped (exit 77, shown by tests/run.sh as `skip NAME: why`) under an emulator ($RUNNER
 # non-empty: the broker would run under qemu, too slow for timing-based tests) and where node
@@ -38,7 +39,8 @@ if [ "$1" = --list ]; then
 		(cd "$src" && flock "$src/package-lock.json" npm ci --no-audit --no-fund --loglevel=error >&2) ||
 			{ echo "mqtt-e2e: npm ci failed" >&2; exit 1; }
 	fi
-	exec node "$src/run.mjs" --list
+	node "$src/run.mjs" --list && echo one_broker_twice
+	exit
 fi
 if [ -n "$why" ]; then
 	echo "$why"
@@ -48,4 +50,5 @@ if [ "$BROKER" = weft ] && [ ! -x "$WEFT_MQTT" ]; then
 	echo "mqtt-e2e: $WEFT_MQTT is not built"
 	exit 1
 fi
+[ "$1" = one_broker_twice ] && exec node "$src/twice.mjs"
 exec node "$src/run.mjs" "$1"

@@ -5,7 +5,9 @@
 //
 // BROKER=weft (the default) runs $WEFT_MQTT (the build's bin/weft-mqtt; build/bin/weft-mqtt when
 // unset); BROKER=mosquitto runs the Debian mosquitto 2.0. Each test starts its own broker and stops it at the end, so tests
-// share nothing and run in any order, one process each.
+// share nothing and run in any order, one process each. twice.mjs runs them all again on one
+// broker (shareBroker): a test that needs a configuration of its own, or stops its broker,
+// skips there.
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
@@ -66,10 +68,24 @@ export async function freePort() {
 
 let broker = null;
 let brokerStarted = false; // a test that skips for want of a tool starts none
+let shared = null; // the broker every test uses (twice.mjs), or null
+
+// From now on startBroker() with the default configuration returns b instead of starting one
+// (null: back to a broker per test).
+export function shareBroker(b) {
+	shared = b;
+}
 
 // Options mosquitto and weft-mqtt share (mosquitto's configuration syntax); `mosquittoOnly`
 // holds the ones weft-mqtt need not know (it behaves that way already).
 export async function startBroker(conf = {}, mosquittoOnly = {}) {
+	if (shared) {
+		if (Object.keys(conf).length || Object.keys(mosquittoOnly).length)
+			skip('needs a broker configured for it, not the shared one');
+		brokerStarted = true;
+		broker = shared;
+		return shared;
+	}
 	brokerStarted = true;
 	const port = await freePort();
 	const dir = mkdtempSync(path.join(os.tmpdir(), 'mqtt-e2e-'));
@@ -116,6 +132,7 @@ export async function startBroker(conf = {}, mosquittoOnly = {}) {
 // report, no exit within 5 s, an exit status other than 0), or null.
 export async function stopBroker() {
 	if (!broker) return null;
+	if (broker === shared) skip('stops its broker, and the broker is shared');
 	const b = broker;
 	broker = null;
 	let late = false;
@@ -141,6 +158,7 @@ export async function stopBroker() {
 // A later startBroker starts a new one (on a new port).
 export async function crashBroker() {
 	if (!broker) return;
+	if (broker === shared) skip('kills its broker, and the broker is shared');
 	const b = broker;
 	broker = null;
 	if (!b.exited()) {
@@ -168,7 +186,7 @@ export function brokerAlive() {
 	return !brokerStarted || (broker && !broker.exited());
 }
 
-const clients = [];
+const clients = [], raws = [];
 
 // An MQTT.js client, connected. version: 4 (3.1.1) or 5. Messages go to c.messages as
 // { topic, payload (string), packet }.
@@ -191,6 +209,8 @@ export async function client(version, opts = {}, port = broker.port) {
 }
 
 export async function closeAll() {
+	for (const r of raws.splice(0)) r.close();
+	for (const p of started.splice(0)) if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
 	await Promise.all(clients.splice(0).map((c) => new Promise((r) => c.end(true, {}, r))));
 }
 
@@ -279,6 +299,7 @@ export async function raw(port = broker.port) {
 	const s = net.connect(port, '127.0.0.1');
 	await new Promise((resolve, reject) => { s.once('connect', resolve); s.once('error', reject); });
 	const c = { sock: s, packets: [], closed: false, buf: Buffer.alloc(0) };
+	raws.push(c);
 	s.on('data', (d) => {
 		c.buf = Buffer.concat([c.buf, d]);
 		for (;;) {

@@ -3,17 +3,7 @@
 // After the test body, the broker must still be running (no input may bring it down), and then
 // stop on SIGTERM with exit status 0 and no sanitizer report (in sanitizer builds).
 import { tests, closeAll, stopBroker, brokerAlive, BROKER, Skip, have } from './lib.mjs';
-import './cli.mjs';
-import './core.mjs';
-import './v5.mjs';
-import './raw.mjs';
-import './security.mjs';
-import './ws.mjs';
-import './tls.mjs';
-import './persist.mjs';
-import './metrics.mjs';
-import './limits.mjs';
-import './paho.mjs';
+import './all.mjs';
 
 const arg = process.argv[2];
 if (!arg || arg === '--list') {
