@@ -29,17 +29,18 @@
  *
  * Ownership. A session belongs to the identity that made it: the username the client proved
  * (against password_file, or the certificate's CN under use_identity_as_username), or nobody
- * for an anonymous client - and for every client where nothing checks usernames. A CONNECT with its client id from another identity is refused (not
- * authorized) before anything of the session is touched: it neither resumes the session, nor
- * discards it with clean start, nor kicks the connection attached to it. Rejected: starting
- * the newcomer on a clean session, which hands anyone who learns a client id the power to
- * destroy its owner's queued messages and to knock its owner off the broker.
+ * for an anonymous client - and for every client where nothing checks usernames. A CONNECT
+ * with its client id from another identity is refused (not authorized) before anything of the
+ * session is touched: it neither resumes the session, nor discards it with clean start, nor
+ * kicks the connection attached to it. Rejected: starting the newcomer on a clean session,
+ * which hands anyone who learns a client id the power to destroy its owner's queued messages
+ * and to knock its owner off the broker.
  */
 #include <errno.h>
 #include <stdio.h>
-#include <sys/random.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 
 #include "bridge.h"
