@@ -268,11 +268,18 @@ static int authenticate(conn *c, mq_packet *pk)
 			.now = weft_now(),
 		};
 		/* wait for this address's and name's turn (auth.h): parked, holding nothing
-		 * but the connection, and looking up every 50 ms for a shutdown's kick */
+		 * but the connection, and looking up every 50 ms for a shutdown's kick. Outside
+		 * the batch's read section (a CONNECT comes first: nothing read under it is held
+		 * yet), or epoch.c could free nothing retired meanwhile, for as long as anyone
+		 * waits */
 		int64_t turn = auth_turn(&r);
-		while (r.now < turn && !atomic_load(&c->kick_rc)) {
-			weft_sleep_until(turn - r.now > 50000000 ? r.now + 50000000 : turn);
-			r.now = weft_now();
+		if (r.now < turn) {
+			ebr_leave(&c->rd);
+			while (r.now < turn && !atomic_load(&c->kick_rc)) {
+				weft_sleep_until(turn - r.now > 50000000 ? r.now + 50000000 : turn);
+				r.now = weft_now();
+			}
+			ebr_enter(&c->rd);
 		}
 		if (atomic_load(&c->kick_rc))
 			return -1;
