@@ -713,7 +713,8 @@ int weft_close(int fd);
  * any). Returns the fd or -errno. Name resolution runs on the blocking pool. */
 int weft_tcp_listen(const char *host, int port, int backlog);
 /* A TCP connection to host:port (TCP_NODELAY set), tried address by address until one
- * answers or the deadline passes. Returns the fd or -errno. */
+ * answers or the deadline passes. Returns the fd or -errno. A name is resolved on the blocking
+ * pool (getaddrinfo blocks); a numeric address ("127.0.0.1", "::1") is used as it is. */
 int weft_tcp_connect(const char *host, int port, int64_t deadline);
 /* Unix-domain stream sockets. Return the fd or -errno. */
 int weft_unix_listen(const char *path, int backlog);

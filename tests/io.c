@@ -16,6 +16,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "blocking.h"
 #include "poll.h"
 #include "test.h"
 
@@ -145,6 +146,36 @@ static int deadlines(void *arg)
 	weft_close(s);
 	weft_close(lfd);
 	return 0;
+}
+
+/* Numeric addresses are not names: listening and connecting to them takes no trip through the
+ * blocking pool (this process has started no pool thread after them); a name does. */
+static int numeric(void *arg)
+{
+	(void)arg;
+	const char *hosts[] = { "127.0.0.1", "::1", NULL };
+	for (int i = 0; i < 3; i++) {
+		int lfd = weft_tcp_listen(hosts[i], 0, 4);
+		if (lfd == -EADDRNOTAVAIL || lfd == -EAFNOSUPPORT)
+			continue; /* no IPv6 here */
+		CHECK(lfd >= 0);
+		int c = weft_tcp_connect(hosts[i] ? hosts[i] : "127.0.0.1", listen_port(lfd),
+					 weft_now() + 1000000000);
+		CHECK(c >= 0);
+		weft_close(c);
+		weft_close(lfd);
+	}
+	CHECK_EQ(blocking_threads(), 0);
+	int lfd = weft_tcp_listen("localhost", 0, 4);
+	CHECK(lfd >= 0);
+	CHECK(blocking_threads() > 0);
+	weft_close(lfd);
+	return 0;
+}
+
+TEST(numeric_addresses_resolve_without_the_blocking_pool)
+{
+	RUN(numeric);
 }
 
 TEST(deadlines_on_accept_read_connect)
