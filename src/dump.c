@@ -81,6 +81,9 @@ static void dump_one(struct stack *s, void *ctx)
 		if (r && strncmp(r, "chan ", 5) == 0 &&
 		    chan_name_of(obj, cname, sizeof cname, !d->in_signal))
 			n += snprintf(line + n, sizeof line - (size_t)n, " on %s (%p)", cname, obj);
+		else if (r && strncmp(r, "fd ", 3) == 0) /* poll.c: the object is the fd */
+			n += snprintf(line + n, sizeof line - (size_t)n, " on fd %d",
+				      (int)(intptr_t)obj);
 		else if (obj)
 			n += snprintf(line + n, sizeof line - (size_t)n, " on %p", obj);
 		n += snprintf(line + n, sizeof line - (size_t)n, " for %lld ms, spawned at %s\n", ms,
@@ -97,8 +100,9 @@ static void dump_one(struct stack *s, void *ctx)
 
 int dump_tasks(int fd, int max, bool in_signal)
 {
-	struct dump d = { .fd = fd, .max = max, .in_signal = in_signal,
-			  .now = atomic_load_explicit(&sched_coarse_now, memory_order_relaxed) };
+	/* the time now, not the coarse clock: that one stands still while the monitor sleeps
+	 * (clock_gettime is safe in a signal handler) */
+	struct dump d = { .fd = fd, .max = max, .in_signal = in_signal, .now = weft_now() };
 	san_racy_begin();
 	stack_each_live(dump_one, &d);
 	san_racy_end();

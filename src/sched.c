@@ -1759,8 +1759,13 @@ static void monitor_pause(void)
 
 static void monitor_resume(void)
 {
-	if (atomic_load(&S.monitor_off) && atomic_exchange(&S.monitor_off, 0))
+	if (atomic_load(&S.monitor_off) && atomic_exchange(&S.monitor_off, 0)) {
+		/* the coarse clock stood still while the monitor slept: the tasks about to run
+		 * must not park with the time it fell asleep (a 1 ms sleep showed in dumps as
+		 * seconds); the monitor takes over again from its next look */
+		atomic_store_explicit(&sched_coarse_now, weft_now(), memory_order_relaxed);
 		futex_wake(&S.monitor_off, 1);
+	}
 }
 
 static void *monitor(void *arg)

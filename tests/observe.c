@@ -71,6 +71,84 @@ TEST(dump_lists_tasks_and_what_they_wait_for)
 	CHECK_EQ(weft_dump(1), -EINVAL); /* outside weft_run */
 }
 
+/* How long the dump says task `name` has waited, and on what, from a dump in out. */
+static long long waited_ms(const char *out, const char *name, char *on, size_t cap)
+{
+	char key[64];
+	snprintf(key, sizeof key, "(%s): ", name);
+	const char *l = strstr(out, key);
+	CHECK(l);
+	const char *f = strstr(l, " for ");
+	CHECK(f && f < strchr(l, '\n'));
+	snprintf(on, cap, "%.*s", (int)(f - l), l);
+	return atoll(f + 5);
+}
+
+static void dump_to(char *out, size_t cap)
+{
+	int p[2];
+	CHECK(pipe(p) == 0);
+	CHECK(weft_dump(p[1]) >= 1);
+	close(p[1]);
+	ssize_t k = read(p[0], out, cap - 1);
+	CHECK(k > 0);
+	out[k] = 0;
+	close(p[0]);
+}
+
+static int pipe_fd[2];
+
+static void fd_reader(void *arg)
+{
+	(void)arg;
+	char b;
+	CHECK_EQ(weft_read(pipe_fd[0], &b, 1, WEFT_FOREVER), 1);
+}
+
+static void short_nap(void *arg)
+{
+	(void)arg;
+	weft_sleep_until(weft_now() + 200000000);
+}
+
+/* The times in a dump are true after the program was idle (every worker asleep, and the monitor
+ * with them, whose coarse clock then stands still): a task parked 600 ms shows about 600, one
+ * that just parked about 0 (they showed 0 and seconds); an fd is shown as a number. */
+static int dump_times(void *arg)
+{
+	(void)arg;
+	CHECK(pipe(pipe_fd) == 0);
+	weft_task *r = weft_spawn_opt(fd_reader, NULL, &(weft_spawn_opts){ .name = "fdreader" });
+	weft_sleep_until(weft_now() + 600000000); /* nothing runs: everybody sleeps */
+	int64_t nap_start = weft_now();
+	weft_task *n = weft_spawn_opt(short_nap, NULL, &(weft_spawn_opts){ .name = "shortnap" });
+	weft_sleep_until(weft_now() + 20000000);
+	char out[4096], on[128], want[64];
+	long long since_nap = (weft_now() - nap_start) / 1000000;
+	dump_to(out, sizeof out);
+	char on_n[128];
+	long long r_ms = waited_ms(out, "fdreader", on, sizeof on);
+	long long n_ms = waited_ms(out, "shortnap", on_n, sizeof on_n);
+	fprintf(stderr, "fdreader %lld ms, shortnap %lld ms\n%s", r_ms, n_ms, out);
+	CHECK(r_ms >= 500 && r_ms < 600 + since_nap + 2000);
+	/* the nap began since_nap ms ago (20 ms, more on a loaded machine), not 600 ms ago as the
+	 * clock of the idle monitor said; 5 ms for the coarse clock's steps */
+	CHECK(n_ms <= since_nap + 5);
+	snprintf(want, sizeof want, "(fdreader): fd read on fd %d", pipe_fd[0]);
+	CHECK(strstr(on, want));
+	CHECK_EQ(write(pipe_fd[1], "x", 1), 1);
+	CHECK_EQ(weft_join(r), 0);
+	CHECK_EQ(weft_join(n), 0);
+	close(pipe_fd[0]);
+	close(pipe_fd[1]);
+	return 0;
+}
+
+TEST(dump_wait_times_are_true_after_idleness)
+{
+	RUN(dump_times);
+}
+
 /* A dump runs while tasks park on named channels, are woken, and free them: it must never read
  * a channel after its free (ASan would say so) nor crash, and its lines stay whole. */
 static _Atomic bool churning;
