@@ -289,7 +289,9 @@ void weft_chan_close(weft_chan *c);
  * Release c and the packets still in it. Nobody may use c any more. Freeing a channel that
  * still has tasks or threads waiting on it is a program error: weft prints
  * "weft: weft_chan_free on a channel with N waiters" and aborts (close it and let the waiters
- * leave first). NULL does nothing.
+ * leave first). NULL does nothing. A channel used after it is freed is usually caught too
+ * ("weft: channel 0x... used after weft_chan_free", and abort) until its memory is reused;
+ * build with ASan (`make SANITIZE=address`) to catch every case.
  */
 void weft_chan_free(weft_chan *c);
 

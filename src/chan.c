@@ -147,6 +147,10 @@ _Static_assert(offsetof(struct weft_chan, tseg) < 128, "what every operation rea
 
 #define LOCK_SPINS 30
 enum { LOCK_HELD = 1, LOCK_SLEEPERS = 2, LOCK_STATE = 3, LOCK_BY_THREAD = 4 };
+/* What weft_chan_free leaves in the lock word. After free() the allocator may write its own
+ * pointers there instead; either way the word is no lock value, and lock_slow says so rather
+ * than waiting on it for ever. */
+#define LOCK_FREED 0xdeadf4eeu
 
 #define HOT_NS 2000000 /* a channel contended this recently is hot */
 
@@ -208,6 +212,11 @@ static void lock_wait(_Atomic uint32_t *l)
  * (weft.h). */
 static __attribute__((noinline)) void lock_slow(weft_chan *c, uint32_t held, bool may_move)
 {
+	if (held != LOCK_HELD && held != LOCK_SLEEPERS && held != (LOCK_HELD | LOCK_BY_THREAD)) {
+		fprintf(stderr, "weft: channel %p used after weft_chan_free (or overwritten): its "
+				"lock word is %#x\n", (void *)c, held);
+		abort();
+	}
 	if (tasks_fight(held)) {
 		note_contention(c, weft_worker_id());
 		if (may_move)
@@ -984,6 +993,10 @@ void weft_chan_free(weft_chan *c)
 			free(s);
 		}
 	}
+	/* poisoned, so that a use after this finds no lock to take and no owner to take it
+	 * without one (lock_slow reports it); best effort: the memory may be reused */
+	atomic_store_explicit(&c->bias, 0, memory_order_relaxed);
+	atomic_store_explicit(&c->lock, LOCK_FREED, memory_order_relaxed);
 	free(c);
 }
 

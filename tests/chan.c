@@ -564,6 +564,51 @@ TEST(free_with_waiters_is_reported)
 			  "weft: weft_chan_free on a channel with 1 waiter\n");
 }
 
+/* A channel used after weft_chan_free: said so, not a silent hang on its lock (what the
+ * allocator or the poison left in the lock word is no lock value). A bounded channel, an
+ * unbounded one, by a task on a worker that used it before (its bias), and by a plain thread. */
+static int use_after_free(void *arg)
+{
+	int v = 1;
+	weft_chan *c = weft_chan_new(*(const char *)arg == 'u' ? WEFT_UNBOUNDED : 4, sizeof v);
+	for (int i = 0; i < 1000; i++) { /* its bias goes to this worker */
+		CHECK(weft_chan_put(c, &v, sizeof v) >= 0);
+		CHECK(weft_chan_take(c, &v, sizeof v) >= 0);
+	}
+	weft_chan_free(c);
+	weft_chan_put(c, &v, sizeof v);
+	return 0;
+}
+
+TEST(child_use_after_free_bounded)
+{
+	weft_run(use_after_free, "b");
+}
+
+TEST(child_use_after_free_unbounded)
+{
+	weft_run(use_after_free, "u");
+}
+
+TEST(child_use_after_free_thread)
+{
+	int v = 1;
+	weft_chan *c = weft_chan_new(4, sizeof v);
+	CHECK(weft_chan_put(c, &v, sizeof v) >= 0);
+	weft_chan_free(c);
+	weft_chan_take(c, &v, sizeof v);
+}
+
+TEST(use_after_free_is_reported)
+{
+#if defined(__SANITIZE_ADDRESS__)
+	test_skip("ASan reports the use after free itself, and first");
+#endif
+	test_expect_abort("child_use_after_free_bounded", "used after weft_chan_free");
+	test_expect_abort("child_use_after_free_unbounded", "used after weft_chan_free");
+	test_expect_abort("child_use_after_free_thread", "used after weft_chan_free");
+}
+
 /* The dump finds a channel's name only while the channel is named and not freed: named
  * channels are kept in a set (chan.c) that must stay right through renames, unnamings and frees
  * in any order (its deletions shift entries back). */
