@@ -111,16 +111,18 @@ static msg *from_store(const store_msg *m)
 		       m->retain, left_s(m->expiry));
 }
 
-static void ticket(conn *by, int64_t t)
+/* Note write t for the batch of `by` (NULL: nobody waits for it); t as given. */
+static int64_t ticket(conn *by, int64_t t)
 {
 	if (t < 0) {
-		fprintf(stderr, "weft-mqtt: persistence: %s\n", store_error(st));
+		fprintf(stderr, "weft-mqtt: persistence: %s\n", strerror((int)-t));
 		if (by)
 			by->ticket = -1; /* the batch's acknowledgements are not sent */
-		return;
+		return t;
 	}
 	if (by && by->ticket >= 0 && t > by->ticket)
 		by->ticket = t;
+	return t;
 }
 
 /* ---- start-up ------------------------------------------------------------------------------- */
@@ -351,13 +353,14 @@ void persist_unsub(session *s, const char *f, uint16_t len, conn *by)
 
 /* The message is stored once for all the sessions it goes to (m->smid), the delivery - QoS,
  * RETAIN flag, subscription ids - once per session (d->mid: its row). */
-void persist_enqueue(session *s, dlv *d, conn *by)
+int64_t persist_enqueue(session *s, dlv *d, conn *by)
 {
 	store_msg sm;
 	to_store(d->m, &sm);
 	store_dlv sd = { .qos = d->qos, .retain = d->retain, .nsubid = d->nsub, .pid = d->pid };
 	memcpy(sd.subid, d->subid, sizeof sd.subid);
-	ticket(by, store_enqueue(st, s->client_id, s->id_len, &sm, &sd, &d->mid, &d->m->smid));
+	return ticket(by, store_enqueue(st, s->client_id, s->id_len, &sm, &sd, &d->mid,
+					&d->m->smid));
 }
 
 void persist_release(uint64_t smid)
@@ -366,9 +369,9 @@ void persist_release(uint64_t smid)
 		ticket(NULL, store_release(st, smid));
 }
 
-void persist_inflight(session *s, dlv *d)
+int64_t persist_inflight(session *s, dlv *d)
 {
-	ticket(NULL, store_inflight(st, s->client_id, s->id_len, d->mid, d->pid, d->state));
+	return ticket(NULL, store_inflight(st, s->client_id, s->id_len, d->mid, d->pid, d->state));
 }
 
 void persist_ack(session *s, uint16_t pid)
@@ -397,15 +400,40 @@ void persist_retained(const msg *m, conn *by)
 	}
 }
 
+bool persist_group_begin(session *s)
+{
+	return persist_on && s->stored && ticket(NULL, store_group_begin(st)) > 0;
+}
+
+void persist_group_end(void)
+{
+	ticket(NULL, store_group_end(st));
+}
+
+bool persist_ok(void)
+{
+	return !persist_on || !store_failed(st);
+}
+
+bool persist_durable(int64_t t)
+{
+	return t <= 0 || (t != INT64_MAX && store_durable(st) >= t);
+}
+
+int persist_wait_ticket(int64_t t, int64_t deadline)
+{
+	if (t <= 0)
+		return 0;
+	return t == INT64_MAX ? -EIO : store_wait(st, t, deadline);
+}
+
 int persist_wait(conn *c)
 {
 	int64_t t = c->ticket;
 	c->ticket = 0;
 	if (t < 0)
 		return -EIO;
-	if (!t)
-		return 0;
-	return store_wait(st, t, WEFT_FOREVER);
+	return persist_wait_ticket(t, WEFT_FOREVER);
 }
 
 #else /* built without SQLite: persistence true stops the broker at start */
@@ -431,8 +459,13 @@ void persist_unsub(session *s, const char *f, uint16_t len, conn *by)
 {
 	(void)s, (void)f, (void)len, (void)by;
 }
-void persist_enqueue(session *s, dlv *d, conn *by) { (void)s, (void)d, (void)by; }
-void persist_inflight(session *s, dlv *d) { (void)s, (void)d; }
+int64_t persist_enqueue(session *s, dlv *d, conn *by) { return (void)s, (void)d, (void)by, 0; }
+int64_t persist_inflight(session *s, dlv *d) { return (void)s, (void)d, 0; }
+bool persist_group_begin(session *s) { return (void)s, false; }
+void persist_group_end(void) {}
+bool persist_ok(void) { return true; }
+bool persist_durable(int64_t t) { return (void)t, true; }
+int persist_wait_ticket(int64_t t, int64_t deadline) { return (void)t, (void)deadline, 0; }
 void persist_ack(session *s, uint16_t pid) { (void)s, (void)pid; }
 void persist_rel(session *s, uint16_t pid, bool add, conn *by)
 {
