@@ -325,6 +325,11 @@ static int on_connect(conn *c, mq_packet *pk)
 		refuse(c, v, MQ_RC_PACKET_TOO_LARGE, MQ_V3_UNAVAILABLE);
 		return -1;
 	}
+	bool persistent = v == 5 ? pk->props.session_expiry > 0 : !pk->connect.clean;
+	if (persistent && !persist_ok()) { /* its state could not be kept: until the store can */
+		refuse(c, v, MQ_RC_SERVER_UNAVAILABLE, MQ_V3_UNAVAILABLE);
+		return -1;
+	}
 	c->keep_alive = ka;
 	msg *will = NULL;
 	if (pk->connect.will) {

@@ -16,6 +16,13 @@
  * takes longer) and restarted on the same database; at the end, every message the broker
  * acknowledged with PUBREC must have reached the subscriber's application exactly once, and no
  * message more than once.
+ *
+ * persistent_sessions_refused_while_store_fails: the broker runs with a file size limit
+ * (RLIMIT_FSIZE, as a full disk: its writes fail), a backlog of QoS 1 messages for an offline
+ * persistent session fills it until the store fails; a new persistent session is then refused
+ * (5.0: 0x88 Server unavailable, 3.1.1: 0x03), a clean one still gets in; once the limit is
+ * lifted the store recovers, a persistent session is accepted, and every message acknowledged
+ * before the failure reaches the offline session.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -456,4 +463,119 @@ TEST(qos2_exactly_once_across_kill9)
 	CHECK_EQ(lost, 0);
 	CHECK(done);
 	CHECK(nacked > 0);
+}
+
+/* ---- a store that cannot write --------------------------------------------------------------- */
+
+/* One whole packet from a blocking socket into b (cap bytes): its length, -1 at EOF/timeout. */
+static int next_packet(int s, uint8_t *b, size_t cap)
+{
+	size_t n = 0;
+	for (;;) {
+		int hdr;
+		long total = mq_frame(b, n, &hdr);
+		CHECK(total >= 0 && (size_t)total <= cap);
+		if (total && n >= (size_t)total)
+			return (int)total;
+		ssize_t r = read(s, b + n, total ? (size_t)total - n : 1);
+		if (r <= 0)
+			return -1;
+		n += (size_t)r;
+	}
+}
+
+/* CONNECT and read the CONNACK: its reason code, or -1 when the broker closed first. The
+ * connection stays open in *fd (NULL: closed). */
+static int connack(int version, const char *id, int clean, uint32_t expiry, int *fd)
+{
+	int s = dial();
+	CHECK(s >= 0);
+	uint8_t b[256];
+	size_t n = connect_packet(b, version, id, clean, expiry);
+	CHECK_EQ(write(s, b, n), (long long)n);
+	int rc = -1;
+	mq_packet pk;
+	int len = next_packet(s, b, sizeof b);
+	if (len > 0 && mq_decode(b, (size_t)len, version, &pk) == 0 && pk.type == MQ_CONNACK)
+		rc = pk.reason;
+	if (fd)
+		*fd = s;
+	else
+		close(s);
+	return rc;
+}
+
+#define BIG 32768
+
+TEST(persistent_sessions_refused_while_store_fails)
+{
+	if (test_emulated()) {
+		printf("skipped: the broker cannot be started under an emulator\n");
+		return;
+	}
+	start_broker(1 << 20);
+	/* an offline persistent session subscribed with QoS 1: what is published is stored */
+	int s;
+	CHECK_EQ(connack(4, "keep", 0, 0, &s), 0);
+	uint8_t b[BIG + 128];
+	size_t n = mq_enc_subscribe(b, 4, 1, "full/#", 1, NULL);
+	CHECK_EQ(write(s, b, n), (long long)n);
+	CHECK(next_packet(s, b, sizeof b) > 0 && b[0] == 0x90);
+	close(s);
+	/* fill the store until a message is not acknowledged: the store failed */
+	CHECK_EQ(connack(4, "filler", 1, 0, &s), 0);
+	static char payload[BIG];
+	int acked = 0;
+	for (; acked < 200; acked++) {
+		memset(payload, 'x', sizeof payload);
+		char num[8];
+		snprintf(num, sizeof num, "%07d", acked);
+		memcpy(payload, num, 7); /* its number, to know it again */
+		mq_pub_enc e = { 4, 1, 0, 0, (uint16_t)(acked + 1), "full/x", 6, NULL, 0,
+				 payload, sizeof payload, NULL, 0 };
+		n = mq_enc_publish(b, &e);
+		if (write(s, b, n) != (ssize_t)n || next_packet(s, b, sizeof b) < 0)
+			break;
+		CHECK_EQ(b[0], 0x40);
+	}
+	close(s);
+	fprintf(stderr, "the store failed after %d messages of %d bytes\n", acked, BIG);
+	CHECK(acked > 0 && acked < 200);
+	/* while it cannot write: no new persistent session, nor an old one back */
+	CHECK_EQ(connack(5, "new5", 1, 3600, NULL), MQ_RC_SERVER_UNAVAILABLE);
+	CHECK_EQ(connack(4, "new3", 0, 0, NULL), MQ_V3_UNAVAILABLE);
+	CHECK_EQ(connack(4, "keep", 0, 0, NULL), MQ_V3_UNAVAILABLE);
+	CHECK_EQ(connack(5, "clean5", 1, 0, NULL), 0); /* nothing of it is stored */
+	/* room again: the store recovers and takes persistent sessions */
+	struct rlimit rl = { RLIM_INFINITY, RLIM_INFINITY };
+	CHECK_EQ(prlimit(broker, RLIMIT_FSIZE, &rl, NULL), 0);
+	int rc = -1;
+	for (int i = 0; i < 600 && rc != 0; i++) { /* 30 s */
+		rc = connack(5, "new5", 1, 3600, NULL);
+		if (rc)
+			usleep(50000);
+	}
+	CHECK_EQ(rc, 0);
+	/* and what it acknowledged before failing is all there */
+	CHECK_EQ(connack(4, "keep", 0, 0, &s), 0);
+	static uint8_t got[200];
+	int distinct = 0;
+	while (distinct < acked) {
+		int len = next_packet(s, b, sizeof b);
+		CHECK(len > 0);
+		mq_packet pk;
+		CHECK_EQ(mq_decode(b, (size_t)len, 4, &pk), 0);
+		CHECK_EQ(pk.type, MQ_PUBLISH);
+		CHECK_EQ(pk.publish.payload.len, BIG);
+		char num[8];
+		snprintf(num, sizeof num, "%.7s", (const char *)pk.publish.payload.p);
+		int i = atoi(num);
+		CHECK(i >= 0 && i < 200);
+		if (!got[i]++)
+			distinct += i < acked;
+		n = mq_enc_ack(b, 4, MQ_PUBACK, pk.packet_id, 0, NULL);
+		CHECK_EQ(write(s, b, n), (long long)n);
+	}
+	close(s);
+	stop_broker();
 }
