@@ -502,7 +502,7 @@ static void *writer_main(void *arg)
 	for (int i = 0; i < t.n; i++)
 		free(t.v[i]);
 	free(t.v);
-	for (op *o; weft_chan_poll(st->ch, &o, sizeof o) == 0;)
+	for (op *o; weft_chan_poll(st->ch, &o, sizeof o) >= 0;)
 		free(o);
 	return NULL;
 }
