@@ -8,7 +8,13 @@
  * handlers got (c->ticket) and its PUBACK/PUBREC/PUBCOMPs in a list (c->acks) instead of its
  * session's output (the other replies are in that output, written after the wait). At the end of the batch it waits once for
  * that ticket, then sends the acknowledgements in order: one fsync, shared with every other
- * connection waiting at the same time, covers the whole batch.
+ * connection waiting at the same time, covers the whole batch. The other way, a QoS 2 PUBLISH
+ * or PUBREL to a stored session goes out only once its state is durable (session.c,
+ * out_after). An inbound QoS 2 id and the message's copies for persistent sessions are one
+ * store group (persist_group_begin): a crash keeps both or neither.
+ *
+ * While the store cannot write (store_failed), persistent sessions are refused at CONNECT
+ * (persist_ok); the store retries its writes and recovers by itself when it can.
  *
  * What is stored: persistent sessions (3.1.1 without clean session, 5.0 with an expiry
  * interval), their subscriptions, the QoS 1/2 messages queued or inflight for them (with the
