@@ -206,6 +206,9 @@ typedef struct session {
 	 * publisher that routes to s; replaced by access_bind, the old one freed through epoch.c */
 	_Atomic(struct acl_client *) acl;
 	bool stored;               /* written to the store (persistent, persistence on) */
+	int64_t out_ticket;        /* the store write that out[] must wait for: QoS 2 PUBLISHes
+				    * and PUBRELs go out only once their state is durable
+				    * (INT64_MAX: a write failed, it never goes) */
 	bool will_stored;          /* its will is in the store */
 } session;
 
@@ -333,13 +336,26 @@ void persist_release(uint64_t smid);
 void persist_sub(session *s, const char *f, uint16_t len, uint8_t opts, uint32_t subid,
 		 struct conn *by);
 void persist_unsub(session *s, const char *f, uint16_t len, struct conn *by);
-void persist_enqueue(session *s, dlv *d, struct conn *by);
-void persist_inflight(session *s, dlv *d);
+/* These two return the write's ticket (<= 0 when nothing was written, -1 when it failed). */
+int64_t persist_enqueue(session *s, dlv *d, struct conn *by);
+int64_t persist_inflight(session *s, dlv *d);
 void persist_ack(session *s, uint16_t pid);
 void persist_rel(session *s, uint16_t pid, bool add, struct conn *by);
 void persist_retained(const msg *m, struct conn *by);
 /* Wait until c's writes so far are durable: 0, or -EIO (do not acknowledge). */
 int persist_wait(struct conn *c);
+/* Write ticket t (from the two above; INT64_MAX: one that failed) is durable: without waiting,
+ * and waiting until deadline (0, -EIO: the store is failed, -ETIMEDOUT). t <= 0: it is. */
+bool persist_durable(int64_t t);
+int persist_wait_ticket(int64_t t, int64_t deadline);
+/* An inbound QoS 2 message from persistent session s: its packet id and its copies for the
+ * persistent sessions it goes to are one unit in the store (store_group_begin), so that a
+ * crash keeps both or neither. True when the group was opened: persist_group_end after the
+ * routing, with no wait for the store in between. */
+bool persist_group_begin(session *s);
+void persist_group_end(void);
+/* Whether a persistent session can be taken now: persistence off, or the store can write. */
+bool persist_ok(void);
 
 /* ---- connections (conn.c) ------------------------------------------------------------------ */
 
@@ -379,6 +395,7 @@ typedef struct conn {
 	/* writer state when the socket pushed back */
 	uint8_t *wbuf;
 	uint32_t wlen, woff;
+	int64_t wneed;            /* the writer task writes wbuf once this write is durable */
 	bool writer_running;
 	atomic_int kick_rc;       /* set by conn_kick: the reason to give a 5.0 client */
 	char *user;               /* the CONNECT's username, or the certificate's CN under

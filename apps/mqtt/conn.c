@@ -344,6 +344,11 @@ static int on_connect(conn *c, mq_packet *pk)
 		refuse(c, v, MQ_RC_PACKET_TOO_LARGE, MQ_V3_UNAVAILABLE);
 		return -1;
 	}
+	bool persistent = v == 5 ? pk->props.session_expiry > 0 : !pk->connect.clean;
+	if (persistent && !persist_ok()) { /* its state could not be kept: until the store can */
+		refuse(c, v, MQ_RC_SERVER_UNAVAILABLE, MQ_V3_UNAVAILABLE);
+		return -1;
+	}
 	c->keep_alive = ka;
 	msg *will = NULL;
 	if (pk->connect.will) {
@@ -524,6 +529,7 @@ static int on_publish(conn *c, mq_packet *pk)
 			ack_pub(c, ack, pk->packet_id, c->version == 5 ? MQ_RC_NOT_AUTHORIZED : 0);
 		return 0;
 	}
+	bool group = false;
 	if (qos == 2) {
 		int max = c->version == 5 ? conf.max_inflight_messages : 65535;
 		int r = session_rel_add(s, pk->packet_id, max);
@@ -536,6 +542,9 @@ static int on_publish(conn *c, mq_packet *pk)
 			free(mapped);
 			return 0;
 		}
+		/* the id and the message's copies: one unit on disk, so that a crash leaves the
+		 * client's resend either known (stored everywhere) or new (stored nowhere) */
+		group = persist_group_begin(s);
 		persist_rel(s, pk->packet_id, true, c);
 	}
 	stats_add(ST_PUB_RECV, 1);
@@ -547,6 +556,8 @@ static int on_publish(conn *c, mq_packet *pk)
 		persist_retained(m, c);
 	}
 	int n = topic_publish(m, s, c);
+	if (group)
+		persist_group_end();
 	msg_unref(m);
 	if (qos)
 		ack_pub(c, ack, pk->packet_id, n || c->version < 5 ? 0 : MQ_RC_NO_MATCHING_SUBSCRIBERS);
@@ -915,6 +926,7 @@ static void conn_end(conn *c, int rc, bool will)
 	if (s) {
 		uint8_t *buf = NULL;
 		uint32_t len = 0;
+		int64_t need = 0;
 		WEFT_WITH_LOCK(&s->lock) {
 			/* From here on, deliveries queue in the session (taking_output, session.c):
 			 * what is not written by the end of this would be lost to the client. */
@@ -954,10 +966,13 @@ static void conn_end(conn *c, int rc, bool will)
 			if (d != dd)
 				free(d);
 			buf = s->out, len = s->out_len;
+			need = s->out_ticket;
 			s->out = NULL;
 			s->out_len = s->out_cap = 0;
 		}
-		if (len) {
+		/* QoS 2 state in it goes only once durable (session.c, out_after); else the client
+		 * gets it all again on its return */
+		if (len && persist_wait_ticket(need, weft_now() + 1000000000) == 0) {
 			buf = conn_frame(c, buf, &len);
 			conn_write(c, buf, len, weft_now() + 200000000);
 		}

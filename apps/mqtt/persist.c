@@ -8,7 +8,13 @@
  * handlers got (c->ticket) and its PUBACK/PUBREC/PUBCOMPs in a list (c->acks) instead of its
  * session's output (the other replies are in that output, written after the wait). At the end of the batch it waits once for
  * that ticket, then sends the acknowledgements in order: one fsync, shared with every other
- * connection waiting at the same time, covers the whole batch.
+ * connection waiting at the same time, covers the whole batch. The other way, a QoS 2 PUBLISH
+ * or PUBREL to a stored session goes out only once its state is durable (session.c,
+ * out_after). An inbound QoS 2 id and the message's copies for persistent sessions are one
+ * store group (persist_group_begin): a crash keeps both or neither.
+ *
+ * While the store cannot write (store_failed), persistent sessions are refused at CONNECT
+ * (persist_ok); the store retries its writes and recovers by itself when it can.
  *
  * What is stored: persistent sessions (3.1.1 without clean session, 5.0 with an expiry
  * interval), their subscriptions, the QoS 1/2 messages queued or inflight for them (with the
@@ -111,16 +117,18 @@ static msg *from_store(const store_msg *m)
 		       m->retain, left_s(m->expiry));
 }
 
-static void ticket(conn *by, int64_t t)
+/* Note write t for the batch of `by` (NULL: nobody waits for it); t as given. */
+static int64_t ticket(conn *by, int64_t t)
 {
 	if (t < 0) {
-		fprintf(stderr, "weft-mqtt: persistence: %s\n", store_error(st));
+		fprintf(stderr, "weft-mqtt: persistence: %s\n", strerror((int)-t));
 		if (by)
 			by->ticket = -1; /* the batch's acknowledgements are not sent */
-		return;
+		return t;
 	}
 	if (by && by->ticket >= 0 && t > by->ticket)
 		by->ticket = t;
+	return t;
 }
 
 /* ---- start-up ------------------------------------------------------------------------------- */
@@ -352,13 +360,14 @@ void persist_unsub(session *s, const char *f, uint16_t len, conn *by)
 
 /* The message is stored once for all the sessions it goes to (m->smid), the delivery - QoS,
  * RETAIN flag, subscription ids - once per session (d->mid: its row). */
-void persist_enqueue(session *s, dlv *d, conn *by)
+int64_t persist_enqueue(session *s, dlv *d, conn *by)
 {
 	store_msg sm;
 	to_store(d->m, &sm);
 	store_dlv sd = { .qos = d->qos, .retain = d->retain, .nsubid = d->nsub, .pid = d->pid };
 	memcpy(sd.subid, d->subid, sizeof sd.subid);
-	ticket(by, store_enqueue(st, s->client_id, s->id_len, &sm, &sd, &d->mid, &d->m->smid));
+	return ticket(by, store_enqueue(st, s->client_id, s->id_len, &sm, &sd, &d->mid,
+					&d->m->smid));
 }
 
 void persist_release(uint64_t smid)
@@ -367,9 +376,9 @@ void persist_release(uint64_t smid)
 		ticket(NULL, store_release(st, smid));
 }
 
-void persist_inflight(session *s, dlv *d)
+int64_t persist_inflight(session *s, dlv *d)
 {
-	ticket(NULL, store_inflight(st, s->client_id, s->id_len, d->mid, d->pid, d->state));
+	return ticket(NULL, store_inflight(st, s->client_id, s->id_len, d->mid, d->pid, d->state));
 }
 
 void persist_ack(session *s, uint16_t pid)
@@ -398,15 +407,40 @@ void persist_retained(const msg *m, conn *by)
 	}
 }
 
+bool persist_group_begin(session *s)
+{
+	return persist_on && s->stored && ticket(NULL, store_group_begin(st)) > 0;
+}
+
+void persist_group_end(void)
+{
+	ticket(NULL, store_group_end(st));
+}
+
+bool persist_ok(void)
+{
+	return !persist_on || !store_failed(st);
+}
+
+bool persist_durable(int64_t t)
+{
+	return t <= 0 || (t != INT64_MAX && store_durable(st) >= t);
+}
+
+int persist_wait_ticket(int64_t t, int64_t deadline)
+{
+	if (t <= 0)
+		return 0;
+	return t == INT64_MAX ? -EIO : store_wait(st, t, deadline);
+}
+
 int persist_wait(conn *c)
 {
 	int64_t t = c->ticket;
 	c->ticket = 0;
 	if (t < 0)
 		return -EIO;
-	if (!t)
-		return 0;
-	return store_wait(st, t, WEFT_FOREVER);
+	return persist_wait_ticket(t, WEFT_FOREVER);
 }
 
 #else /* built without SQLite: persistence true stops the broker at start */
@@ -432,8 +466,13 @@ void persist_unsub(session *s, const char *f, uint16_t len, conn *by)
 {
 	(void)s, (void)f, (void)len, (void)by;
 }
-void persist_enqueue(session *s, dlv *d, conn *by) { (void)s, (void)d, (void)by; }
-void persist_inflight(session *s, dlv *d) { (void)s, (void)d; }
+int64_t persist_enqueue(session *s, dlv *d, conn *by) { return (void)s, (void)d, (void)by, 0; }
+int64_t persist_inflight(session *s, dlv *d) { return (void)s, (void)d, 0; }
+bool persist_group_begin(session *s) { return (void)s, false; }
+void persist_group_end(void) {}
+bool persist_ok(void) { return true; }
+bool persist_durable(int64_t t) { return (void)t, true; }
+int persist_wait_ticket(int64_t t, int64_t deadline) { return (void)t, (void)deadline, 0; }
 void persist_ack(session *s, uint16_t pid) { (void)s, (void)pid; }
 void persist_rel(session *s, uint16_t pid, bool add, conn *by)
 {

@@ -2,6 +2,7 @@
 # SQLite (store.c), with their tests and the store benchmark. See docs/weft-mqtt-durability.md.
 #
 #   make B=build build/tests/mqtt_tls build/tests/mqtt_store build/bench/mqtt-store
+#   make B=build build/tests/mqtt_exactly_once
 #
 # They link -lssl -lcrypto -lsqlite3 (Debian libssl-dev, libsqlite3-dev), which the aarch64
 # cross build does not have: there the modules and their tests are left out.
@@ -22,6 +23,8 @@ TESTS   += $(B)/tests/mqtt_tls
 endif
 ifneq ($(wildcard /usr/include/sqlite3.h),)
 TESTS   += $(B)/tests/mqtt_store
+# the broker with persistence on, killed and starved (build.mk's rule for apps/mqtt/tests/*.c)
+TESTS   += $(B)/tests/mqtt_exactly_once
 BENCHES += $(B)/bench/mqtt-store
 endif
 

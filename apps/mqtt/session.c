@@ -21,7 +21,8 @@
  * writes it without waiting (a deadline already past), and loops while more arrived. If the
  * socket does not take everything, the rest goes to a writer task spawned for the purpose,
  * which waits for the socket and keeps draining until the buffer is empty, then ends: an idle
- * connection has no writer task and no output buffer.
+ * connection has no writer task and no output buffer. The same task waits when the buffer
+ * holds QoS 2 state of a stored session that is not yet durable (out_after).
  *
  * Lifetime. The session table holds a reference, an attached connection another. When the
  * last goes, the session is retired through epoch.c, because a publisher may have read it out
@@ -666,6 +667,21 @@ static dlv *queue_pop(session *s)
 	return d;
 }
 
+/* s's output from now on goes out once store write t is durable (failed: never). A stored QoS 2
+ * PUBLISH with id X waits for X to be on disk (else a crash frees X while the client holds it:
+ * the next message with X is taken for a resend and lost), a PUBREL for its PUBREC (else the
+ * PUBLISH is resent after a crash to a client done with X: delivered twice). QoS 1 may be
+ * resent anyway: it does not wait. Lock held. */
+static void out_after(session *s, int qos, int64_t t)
+{
+	if (qos != 2)
+		return;
+	if (t < 0)
+		t = INT64_MAX;
+	if (t > s->out_ticket)
+		s->out_ticket = t;
+}
+
 static dlv *dlv_new(msg *m, int qos, int retain, const uint32_t *subids, int nsub)
 {
 	dlv *d = pool_alloc(sizeof *d);
@@ -695,7 +711,7 @@ static void start(session *s, dlv *d, int64_t now)
 		d->pid = new_pid(s);
 	d->state = 0;
 	if (d->mid && !known)
-		persist_inflight(s, d);
+		out_after(s, d->qos, persist_inflight(s, d));
 	if (encode_pub(s, d->m, d->qos, d->pid, 0, d->retain, d->subid, d->nsub, now) < 0) {
 		stats_add(ST_PUB_DROPPED, 1);
 		if (d->mid)
@@ -773,7 +789,7 @@ void session_deliver(session *s, msg *m, int qos, int retain, const uint32_t *su
 		dlv *d = dlv_new(m, qos, retain, subids, nsub);
 		if (s->stored) { /* stored as sent already: one write instead of two */
 			d->pid = new_pid(s);
-			persist_enqueue(s, d, by);
+			out_after(s, qos, persist_enqueue(s, d, by));
 		}
 		start(s, d, now);
 	} else if (s->nqueued >= (uint32_t)conf.max_queued_messages) {
@@ -823,11 +839,13 @@ void session_flush(session *s)
 	for (;;) {
 		uint8_t *buf = s->out;
 		uint32_t len = s->out_len;
+		int64_t need = s->out_ticket;
 		s->out = NULL;
 		s->out_len = s->out_cap = 0;
 		weft_mutex_unlock(&s->lock);
 		buf = conn_frame(c, buf, &len);
-		ssize_t n = conn_write(c, buf, len, 0);
+		/* QoS 2 state not yet durable (out_after): the writer task waits for it, not us */
+		ssize_t n = persist_durable(need) ? conn_write(c, buf, len, 0) : 0;
 		weft_mutex_lock(&s->lock);
 		if (n == (ssize_t)len) {
 			stats_add(ST_BYTES_SENT, len);
@@ -840,6 +858,7 @@ void session_flush(session *s)
 			c->wbuf = buf;
 			c->wlen = len;
 			c->woff = n > 0 ? (uint32_t)n : 0;
+			c->wneed = need;
 			weft_spawn_opts o = { .name = "mqtt-writer", .detached = 1 };
 			if (weft_spawn_opt(writer, c, &o)) {
 				weft_mutex_unlock(&s->lock);
@@ -858,13 +877,17 @@ void session_flush(session *s)
 	weft_mutex_unlock(&s->lock);
 }
 
-/* Drain c's session output while the socket pushes back; ends when it is empty. */
+/* Drain c's session output while the socket pushes back, or once the store has what it waits
+ * for (a store that failed: the connection ends, the client gets it all again on its return);
+ * ends when the output is empty. */
 static void writer(void *arg)
 {
 	conn *c = arg;
 	session *s = c->s;
 	for (;;) {
-		ssize_t n = conn_write(c, c->wbuf + c->woff, c->wlen - c->woff, WEFT_FOREVER);
+		ssize_t n = -EIO;
+		if (persist_wait_ticket(c->wneed, WEFT_FOREVER) == 0)
+			n = conn_write(c, c->wbuf + c->woff, c->wlen - c->woff, WEFT_FOREVER);
 		if (n > 0)
 			stats_add(ST_BYTES_SENT, (uint64_t)n);
 		pool_free(c->wbuf);
@@ -875,6 +898,7 @@ static void writer(void *arg)
 		else if (s->out_len && !c->closing) {
 			uint8_t *buf = s->out;
 			uint32_t len = s->out_len;
+			c->wneed = s->out_ticket;
 			s->out = NULL;
 			s->out_len = s->out_cap = 0;
 			weft_mutex_unlock(&s->lock);
@@ -953,8 +977,8 @@ void session_pubrec(session *s, uint16_t pid, int reason, conn *by)
 		} else {
 			if (d) {
 				d->state = 1;
-				if (d->mid)
-					persist_inflight(s, d);
+				if (d->mid) /* the PUBREL waits for it */
+					out_after(s, 2, persist_inflight(s, d));
 			}
 			if (!taking_output(s))
 				break; /* the PUBREL goes out when the client is back (session_resume) */

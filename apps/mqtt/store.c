@@ -22,9 +22,23 @@
  * Completion. After a commit the writer publishes `durable`, the highest ticket committed, and
  * broadcasts a task-aware condition variable; store_wait parks on it until durable reaches its
  * ticket. A connection that handled a batch of publishes waits once, for its last ticket,
- * before sending the PUBACKs. If a commit fails (disk full, I/O error) the store turns failed:
- * the writes of that transaction and later ones are dropped, never reported durable, and every
- * wait returns -EIO - a broker must not acknowledge them.
+ * before sending the PUBACKs.
+ *
+ * Failure and recovery. If a transaction fails (disk full, I/O error) it is rolled back and the
+ * store is failed: every wait returns -EIO (a broker must not acknowledge those writes) until
+ * a transaction commits again. The writer keeps the failed transaction's writes and tries them
+ * again - after 10 ms, doubling to 1 s - with whatever came since, so when the disk has room
+ * again the store recovers by itself. No write is ever dropped, so what is on disk is always
+ * every write up to some ticket, never a set with holes: the broker's memory and the disk
+ * agree again once the store recovers, and a crash at any moment leaves a state the broker
+ * had. (Dropping the writes made during a failure was rejected for that reason: an
+ * acknowledgement or a QoS 2 state change lost from the middle would come back after the next
+ * restart.) While failed, writes still queue: 64 Ki behind, the writing tasks wait.
+ *
+ * Groups. Writes between store_group_begin and store_group_end are one unit: the writer never
+ * commits inside a group (when max_batch is reached in one, it goes on to the group's end), so
+ * a crash keeps all of them or none. One group is open at a time (a task-aware lock), so the
+ * writer finds the end of the group it is in after at most one group's writes.
  *
  * The data: sessions(id), subs(id, filter), msgs(mid) holding each message once, queue(id,
  * seq) saying which session holds which message and how it is delivered (QoS, RETAIN flag,
@@ -67,7 +81,7 @@
 enum {
 	OP_PUT_RET, OP_DEL_RET, OP_PUT_SES, OP_DEL_SES, OP_PUT_SUB, OP_DEL_SUB, OP_ENQ,
 	OP_ENQ_MID, OP_INFLIGHT, OP_ACK, OP_REL_ADD, OP_REL_DEL, OP_RELEASE, OP_PUT_WILL,
-	OP_DEL_WILL
+	OP_DEL_WILL, OP_GROUP, OP_GROUP_END
 };
 
 /* One write, with its strings and blobs copied after it. */
@@ -181,8 +195,10 @@ struct store {
 	weft_mutex qlock;         /* ticket, mid and send together */
 	int64_t next_ticket;
 	uint64_t next_mid, next_seq;
-	bool closed;
+	atomic_bool closed;       /* set under qlock; the writer reads it to give up retrying */
 	bool started;             /* the writer thread runs */
+	weft_mutex glock;         /* held from store_group_begin to store_group_end */
+	struct op *gend;          /* the open group's end, made at its begin (cannot fail then) */
 	_Atomic int64_t issued;   /* the last ticket handed out */
 	/* the writer thread */
 	pthread_t writer;
@@ -191,7 +207,8 @@ struct store {
 	atomic_int failed;
 	weft_mutex dlock;
 	weft_cond dcond;
-	char err[4800];           /* why it failed (set once, before `failed`) */
+	char err[4800];           /* why it first failed (set once, before `failed`: read
+				   * without a lock while failed) */
 	char load_err[4800];      /* why store_load failed */
 	_Atomic uint64_t writes, commits;
 	_Atomic int64_t commit_ns;
@@ -199,13 +216,16 @@ struct store {
 
 /* ---- errors ------------------------------------------------------------------------------ */
 
-/* The store can no longer make writes durable: say why, wake every waiter. Writer thread. */
+/* A transaction failed: say why (once per failure), wake every waiter. Writer thread. */
 static void fail(store *st, const char *what)
 {
 	if (atomic_load(&st->failed))
-		return;
-	snprintf(st->err, sizeof st->err, "%s: %s: %s", st->path, what, sqlite3_errmsg(st->db));
-	fprintf(stderr, "weft-mqtt: store failed, no more writes are durable: %s\n", st->err);
+		return; /* still failing: said already */
+	if (!st->err[0])
+		snprintf(st->err, sizeof st->err, "%s: %s: %s", st->path, what,
+			 sqlite3_errmsg(st->db));
+	fprintf(stderr, "weft-mqtt: store failed, no write is durable until it can write again: "
+			"%s: %s: %s\n", st->path, what, sqlite3_errmsg(st->db));
 	weft_mutex_lock(&st->dlock);
 	atomic_store(&st->failed, 1);
 	weft_cond_broadcast(&st->dcond);
@@ -215,6 +235,11 @@ static void fail(store *st, const char *what)
 const char *store_error(store *st)
 {
 	return atomic_load(&st->failed) ? st->err : st->load_err;
+}
+
+bool store_failed(store *st)
+{
+	return atomic_load(&st->failed);
 }
 
 /* ---- applying writes (writer thread) ----------------------------------------------------- */
@@ -382,54 +407,119 @@ static int apply(store *st, const op *o)
 		bind_blob(s, 1, o->id, o->id_len);
 		sqlite3_bind_int(s, 2, o->pid);
 		return run(s);
+	case OP_GROUP:
+	case OP_GROUP_END:
+		return 0; /* transact() keeps them whole */
 	}
 	return -1;
 }
 
-/* One transaction: `first` and whatever else is waiting, up to max_batch writes. */
-static void batch(store *st, op *first)
+/* The writes of the transaction being built: applied, and applied again after a failure. */
+typedef struct txn {
+	op **v;
+	int n, cap;
+} txn;
+
+static void txn_add(txn *t, op *o)
 {
-	int64_t t0 = weft_now(), last = 0;
-	int n = 0;
-	op *o = first;
-	if (!atomic_load(&st->failed) && run(stmt(st, S_begin)))
-		fail(st, "begin");
-	for (;;) {
-		if (!atomic_load(&st->failed) && apply(st, o))
-			fail(st, "write");
-		last = o->ticket;
-		free(o);
-		if (++n >= st->o.max_batch || weft_chan_poll(st->ch, &o, sizeof o) < 0)
-			break;
+	if (t->n == t->cap) {
+		int cap = t->cap ? 2 * t->cap : 256;
+		op **v = realloc(t->v, (size_t)cap * sizeof *v);
+		if (!v)
+			abort();
+		t->v = v;
+		t->cap = cap;
 	}
-	if (atomic_load(&st->failed)) {
-		run(stmt(st, S_rollback));
-		return;
+	t->v[t->n++] = o;
+}
+
+/*
+ * One transaction: the writes in t (again, after a failure), then whatever else is waiting, up
+ * to max_batch writes - and on to the end of a group it is in. 0 when committed (the writes are
+ * durable), -1 when it failed: rolled back, t keeps every write to try again.
+ */
+static int transact(store *st, txn *t)
+{
+	int64_t t0 = weft_now();
+	bool group = false;
+	const char *what = "begin";
+	if (run(stmt(st, S_begin)))
+		goto failed;
+	what = "write";
+	for (int i = 0;; i++) {
+		if (i == t->n) {
+			op *o;
+			int r;
+			if (group) /* its end is on its way: one group is open at a time */
+				r = weft_chan_recv(st->ch, &o, sizeof o, WEFT_FOREVER);
+			else if (i >= st->o.max_batch)
+				break;
+			else
+				r = weft_chan_poll(st->ch, &o, sizeof o);
+			if (r < 0)
+				break;
+			txn_add(t, o);
+		}
+		op *o = t->v[i];
+		if (o->kind == OP_GROUP || o->kind == OP_GROUP_END)
+			group = o->kind == OP_GROUP;
+		else if (apply(st, o))
+			goto failed;
 	}
 	if (st->o.commit_delay_ms)
 		nanosleep(&(struct timespec){ st->o.commit_delay_ms / 1000,
 					      st->o.commit_delay_ms % 1000 * 1000000L }, NULL);
-	if (run(stmt(st, S_commit))) {
-		fail(st, "commit");
-		run(stmt(st, S_rollback));
-		return;
-	}
-	atomic_fetch_add_explicit(&st->writes, (uint64_t)n, memory_order_relaxed);
+	what = "commit";
+	if (run(stmt(st, S_commit)))
+		goto failed;
+	atomic_fetch_add_explicit(&st->writes, (uint64_t)t->n, memory_order_relaxed);
 	atomic_fetch_add_explicit(&st->commits, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&st->commit_ns, weft_now() - t0, memory_order_relaxed);
 	weft_mutex_lock(&st->dlock);
-	atomic_store(&st->durable, last);
+	atomic_store(&st->durable, t->v[t->n - 1]->ticket);
+	int was_failed = atomic_exchange(&st->failed, 0);
 	weft_cond_broadcast(&st->dcond);
 	weft_mutex_unlock(&st->dlock);
+	if (was_failed)
+		fprintf(stderr, "weft-mqtt: store recovered, writes are durable again: %s\n",
+			st->path);
+	return 0;
+failed:
+	fail(st, what);
+	run(stmt(st, S_rollback));
+	return -1;
 }
 
 static void *writer_main(void *arg)
 {
 	store *st = arg;
-	op *o;
+	txn t = { NULL, 0, 0 };
+	long backoff_ms = 0;
 	weft_unpin(); /* started by a task: not on its worker's CPU only */
-	while (weft_chan_recv(st->ch, &o, sizeof o, WEFT_FOREVER) >= 0) /* -EPIPE: closed, drained */
-		batch(st, o);
+	for (;;) {
+		op *o;
+		if (!t.n) {
+			if (weft_chan_recv(st->ch, &o, sizeof o, WEFT_FOREVER) < 0)
+				break; /* -EPIPE: closed, drained */
+			txn_add(&t, o);
+		}
+		if (transact(st, &t) == 0) {
+			for (int i = 0; i < t.n; i++)
+				free(t.v[i]);
+			t.n = 0;
+			backoff_ms = 0;
+			continue;
+		}
+		if (atomic_load(&st->closed))
+			break; /* closing while failed: what is left was never reported durable */
+		backoff_ms = backoff_ms ? (backoff_ms < 500 ? 2 * backoff_ms : 1000) : 10;
+		nanosleep(&(struct timespec){ backoff_ms / 1000, backoff_ms % 1000 * 1000000L }, NULL);
+	}
+	for (int i = 0; i < t.n; i++)
+		free(t.v[i]);
+	free(t.v);
+	for (op *o; weft_chan_poll(st->ch, &o, sizeof o) >= 0;)
+		free(o);
 	return NULL;
 }
 
@@ -495,10 +585,6 @@ static int64_t submit(store *st, op *o, const enq_ids *e)
 {
 	if (!o)
 		return -ENOMEM;
-	if (atomic_load(&st->failed)) {
-		free(o);
-		return -EIO;
-	}
 	int64_t t = -EPIPE;
 	uint64_t mid = 0;
 	weft_mutex_lock(&st->qlock);
@@ -649,6 +735,34 @@ int64_t store_put_will(store *st, const char *id, uint16_t id_len, const store_m
 int64_t store_del_will(store *st, const char *id, uint16_t id_len)
 {
 	return submit(st, op_new(OP_DEL_WILL, id, id_len, NULL, 0, NULL, 0, NULL, 0), NULL);
+}
+
+int64_t store_group_begin(store *st)
+{
+	op *o = op_new(OP_GROUP, NULL, 0, NULL, 0, NULL, 0, NULL, 0);
+	op *end = op_new(OP_GROUP_END, NULL, 0, NULL, 0, NULL, 0, NULL, 0);
+	if (!o || !end) {
+		free(o);
+		free(end);
+		return -ENOMEM;
+	}
+	weft_mutex_lock(&st->glock);
+	int64_t t = submit(st, o, NULL);
+	if (t < 0) {
+		weft_mutex_unlock(&st->glock);
+		free(end);
+		return t;
+	}
+	st->gend = end;
+	return t;
+}
+
+int64_t store_group_end(store *st)
+{
+	int64_t t = submit(st, st->gend, NULL);
+	st->gend = NULL;
+	weft_mutex_unlock(&st->glock);
+	return t;
 }
 
 static int64_t by_pid(store *st, int kind, const char *id, uint16_t id_len, uint16_t pid)
@@ -865,6 +979,7 @@ store *store_open(const char *dir, const store_opts *o, char *err, size_t cap)
 	}
 	weft_mutex_init(&st->qlock);
 	weft_mutex_init(&st->dlock);
+	weft_mutex_init(&st->glock);
 	weft_cond_init(&st->dcond);
 	st->ch = weft_chan_new(CHAN_CAP, sizeof(op *));
 	if (!st->ch) {

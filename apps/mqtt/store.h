@@ -4,10 +4,17 @@
  * store.c for the design and docs/weft-mqtt-durability.md for why SQLite and what it costs.
  *
  * Writes are asynchronous and ordered. Every write call copies its arguments, hands them to the
- * store's writer thread and returns at once with a ticket (> 0) - or -errno: -EIO once the
- * store has failed (a commit could not be written), -EPIPE after store_close, -ENOMEM, -EINVAL.
- * The writer applies the writes in ticket order, many per transaction, and makes each
- * transaction durable (fsync) before it reports the tickets in it done (group commit).
+ * store's writer thread and returns at once with a ticket (> 0) - or -errno: -EPIPE after
+ * store_close, -ENOMEM, -EINVAL. The writer applies the writes in ticket order, many per
+ * transaction, and makes each transaction durable (fsync) before it reports the tickets in it
+ * done (group commit). What is on disk is always every write up to some ticket: a write is
+ * never dropped, not even while the store has failed (below), so after a crash the store holds
+ * a state the caller had.
+ *
+ * Failure: when a transaction cannot be written (disk full, I/O error) the store is failed:
+ * store_wait returns -EIO for every write not yet durable, and the writer tries the same writes
+ * again (10 ms, doubling to 1 s, apart) until they commit - then the store works again, with
+ * nothing lost in between. store_failed says which it is now.
  *
  * The rule that matters: a message whose PUBACK/PUBREC the broker sends must be durable first.
  * So: store_enqueue... for each persistent receiver, then store_wait(last ticket) before
@@ -57,12 +64,15 @@ store *store_open(const char *dir, const store_opts *o, char *err, size_t cap);
 
 /*
  * Make every write made so far durable, stop the writer and close. Returns 0, or -EIO when the
- * store had failed (store_error says why). Nobody may use st afterwards.
+ * store was failed (store_error says why; the writes it could not make are not on disk).
+ * Nobody may use st afterwards.
  */
 int store_close(store *st);
 
-/* Why the store failed, or "" while it works. */
+/* Why the store failed (the first time), or "" while it works. */
 const char *store_error(store *st);
+/* Whether the store cannot write now (its last transaction failed; it is trying again). */
+bool store_failed(store *st);
 
 /* A message as stored. */
 typedef struct store_msg {
@@ -164,13 +174,23 @@ int64_t store_put_will(store *st, const char *id, uint16_t id_len, const store_m
 		       uint32_t delay, int64_t at);
 int64_t store_del_will(store *st, const char *id, uint16_t id_len);
 
+/*
+ * The writes the calling task makes between store_group_begin and store_group_end are one unit:
+ * a crash keeps all of them or none, and once any of them is durable all are. One group is open
+ * at a time: begin waits (a task-aware lock) for the group before to end, so make no other
+ * store_group_begin, nor wait for anything another task's group may need, in between. Both
+ * return a ticket or -errno (begin: no group is open then).
+ */
+int64_t store_group_begin(store *st);
+int64_t store_group_end(store *st);
+
 /* ---- durability -------------------------------------------------------------------------- */
 
 /*
  * Wait until the write with this ticket (and so every earlier one) is durable. From a task it
- * parks the task; from a thread it sleeps the thread. Returns 0; -EIO when the store failed
- * before the ticket was durable (the write may be lost: do not acknowledge it);
- * -ETIMEDOUT; -ECANCELED.
+ * parks the task; from a thread it sleeps the thread. Returns 0; -EIO when the store is failed
+ * and the ticket not durable (do not acknowledge the write: it may be lost in a crash, or
+ * become durable once the store recovers); -ETIMEDOUT; -ECANCELED.
  */
 int store_wait(store *st, int64_t ticket, int64_t deadline);
 /* The highest ticket known durable (a snapshot, never waits). */

@@ -2,7 +2,8 @@
  * store_test.c - weft-mqtt's durable store (apps/mqtt/store.c) on SQLite: round trips through
  * a restart, deletion, group commit under many tasks, a crash test (a child writes under load
  * and is killed with SIGKILL at a random moment; everything it was told is durable must be
- * there after reopening, and every acknowledged delivery gone), and damaged files.
+ * there after reopening, and every acknowledged delivery gone), damaged files, a full disk,
+ * and a group of writes as one transaction.
  *
  * Each test works in a fresh directory under /tmp (on disk here, so fsync is real).
  */
@@ -709,17 +710,15 @@ static int t_full(void *arg)
 	for (; n < 1000 && r == 0; n++) {
 		m = msg("full", payload, 1);
 		t = store_enqueue(st, S("bob"), &m, &d, &row, NULL);
-		if (t < 0) { /* already failed: later writes are refused */
-			CHECK_EQ(t, -EIO);
-			r = -EIO;
-			break;
-		}
+		CHECK(t > 0); /* taken even once failed: the writer tries them again */
 		r = store_wait(st, t, weft_now() + 5000 * MS);
 	}
 	fprintf(stderr, "after %d messages: %d, %s\n", n, r, store_error(st));
 	CHECK_EQ(r, -EIO); /* never reported durable */
 	CHECK(strstr(store_error(st), "database or disk is full"));
-	CHECK_EQ(store_enqueue(st, S("bob"), &m, &d, &row, NULL), -EIO);
+	CHECK(store_failed(st)); /* and a later write is not reported durable either */
+	CHECK_EQ(store_wait(st, store_enqueue(st, S("bob"), &m, &d, &row, NULL),
+			    weft_now() + 5000 * MS), -EIO);
 	CHECK_EQ(store_close(st), -EIO);
 	/* without the cap it opens, with everything that was reported durable */
 	st = open_ok(path, NULL);
@@ -738,6 +737,36 @@ TEST(full_disk_fails_loudly)
 {
 	path = fresh();
 	RUN(t_full);
+}
+
+/* A group is one transaction, even past max_batch: a crash keeps all of it or none. */
+static int t_group_unit(void *arg)
+{
+	(void)arg;
+	store_opts o = { .max_batch = 1 }; /* else a commit per write */
+	store *st = open_ok(path, &o);
+	store_msg m = msg("g", "grouped", 2);
+	store_dlv d = dl(2, 0, 0, 0);
+	uint64_t row;
+	store_stats before, after;
+	CHECK_EQ(store_wait(st, store_rel_add(st, S("other"), 1), weft_now() + 5000 * MS), 0);
+	store_stats_get(st, &before);
+	CHECK(store_group_begin(st) > 0);
+	CHECK(store_rel_add(st, S("pub"), 7) > 0);
+	CHECK(store_enqueue(st, S("s1"), &m, &d, &row, NULL) > 0);
+	CHECK(store_enqueue(st, S("s2"), &m, &d, &row, NULL) > 0);
+	CHECK_EQ(store_wait(st, store_group_end(st), weft_now() + 5000 * MS), 0);
+	store_stats_get(st, &after);
+	CHECK_EQ(after.commits - before.commits, 1);
+	CHECK_EQ(after.writes - before.writes, 5); /* the group's marks count as writes */
+	CHECK_EQ(store_close(st), 0);
+	return 0;
+}
+
+TEST(group_is_one_transaction)
+{
+	path = fresh();
+	RUN(t_group_unit);
 }
 
 /* ---- a message shared by several sessions ------------------------------------------------ */

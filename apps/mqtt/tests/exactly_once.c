@@ -1,0 +1,591 @@
+/*
+ * exactly_once.c - what weft-mqtt promises with persistence on when its process is killed or
+ * its disk cannot take a write, tested on the broker itself: each test starts
+ * build/bin/weft-mqtt (the one beside this binary, built with the same sanitizer) on a store in
+ * the test's scratch directory and talks raw MQTT 3.1.1 and 5.0 to it.
+ *
+ * qos2_exactly_once_across_kill9: a persistent QoS 2 subscriber and a persistent publisher
+ * that keeps 32 QoS 2 messages in flight, both doing what the specification asks of a client
+ * and keeping their state across reconnects. The subscriber delivers a message to its
+ * application when the PUBLISH comes and holds its packet id until the PUBREL: a PUBLISH with
+ * an id it holds is a resend and is not delivered again (MQTT 4.3.3; the strictest reading,
+ * which catches both a message sent again after its flow completed and a packet id reused
+ * while the client still holds it). The publisher, on reconnecting with its session present,
+ * resends its PUBLISHes not yet PUBREC'd (DUP) and its PUBRELs not yet PUBCOMP'd. The broker is
+ * killed with SIGKILL at a random moment 30 times (20 under the sanitizers, where each round
+ * takes longer) and restarted on the same database; at the end, every message the broker
+ * acknowledged with PUBREC must have reached the subscriber's application exactly once, and no
+ * message more than once.
+ *
+ * persistent_sessions_refused_while_store_fails: the broker runs with a file size limit
+ * (RLIMIT_FSIZE, as a full disk: its writes fail), a backlog of QoS 1 messages for an offline
+ * persistent session fills it until the store fails; a new persistent session is then refused
+ * (5.0: 0x88 Server unavailable, 3.1.1: 0x03), a clean one still gets in; once the limit is
+ * lifted the store recovers, a persistent session is accepted, and every message acknowledged
+ * before the failure reaches the offline session.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include "codec.h"
+#include "test.h"
+
+/* ---- the broker: a child process, restarted on the same port and store ------------------- */
+
+static pid_t broker;
+static int port;
+static char store_dir[PATH_MAX], conf_file[PATH_MAX], errlog[PATH_MAX];
+
+static int dial(void)
+{
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	if (connect(s, (struct sockaddr *)&a, sizeof a) < 0) {
+		close(s);
+		return -1;
+	}
+	int one = 1;
+	setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	struct timeval tv = { 30, 0 }; /* a blocking read never hangs the test */
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	return s;
+}
+
+/* The broker's stderr, shown when a test fails. */
+static void show_log(void)
+{
+	char buf[4096];
+	FILE *f = fopen(errlog, "r");
+	size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+	buf[n] = 0;
+	if (f)
+		fclose(f);
+	fprintf(stderr, "broker stderr:\n%s\n", buf);
+}
+
+/* First call: a port, a store directory and a configuration; every call: start the broker on
+ * them and wait until it listens. fsize > 0: the broker's files may not grow past fsize
+ * bytes (a soft limit, so the test can lift it), its writes beyond fail as on a full disk. */
+static void start_broker(rlim_t fsize)
+{
+	if (!port) {
+		port = test_free_port();
+		snprintf(store_dir, sizeof store_dir, "%s/store", test_tmpdir());
+		snprintf(conf_file, sizeof conf_file, "%s/weft-mqtt.conf", test_tmpdir());
+		snprintf(errlog, sizeof errlog, "%s/broker.log", test_tmpdir());
+		FILE *f = fopen(conf_file, "w");
+		CHECK(f);
+		fprintf(f, "listener %d 127.0.0.1\npersistence true\npersistence_location %s\n"
+			   "max_queued_messages 0\n", port, store_dir);
+		fclose(f);
+	}
+	char bin[PATH_MAX], tmp[PATH_MAX];
+	snprintf(tmp, sizeof tmp, "%s", test_argv0);
+	snprintf(bin, sizeof bin, "%s/../bin/weft-mqtt", dirname(tmp));
+	broker = fork();
+	CHECK(broker >= 0);
+	if (broker == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed CHECK must not leave a broker behind */
+		if (!freopen(errlog, "a", stderr))
+			_exit(126);
+		if (fsize) {
+			signal(SIGXFSZ, SIG_IGN); /* a write past the limit fails with EFBIG */
+			struct rlimit rl = { fsize, RLIM_INFINITY };
+			if (setrlimit(RLIMIT_FSIZE, &rl) < 0)
+				_exit(125);
+		}
+		execl(bin, bin, "-c", conf_file, (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 3000; i++) { /* 30 s: a sanitizer build on a loaded machine */
+		int s = dial();
+		if (s >= 0) {
+			close(s);
+			return;
+		}
+		int st;
+		if (waitpid(broker, &st, WNOHANG) == broker) {
+			show_log();
+			fprintf(stderr, "broker exited early (status %#x)\n", st);
+			CHECK(0);
+		}
+		usleep(10000);
+	}
+	show_log();
+	CHECK(!"the broker did not listen");
+}
+
+static void kill_broker(void)
+{
+	CHECK_EQ(kill(broker, SIGKILL), 0);
+	int st;
+	CHECK_EQ(waitpid(broker, &st, 0), broker);
+	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+}
+
+/* SIGTERM: a clean exit, and no sanitizer report from any of the brokers the test ran (a
+ * killed one's report is only in the log). */
+static void stop_broker(void)
+{
+	int rc = test_stop(broker);
+	char line[512];
+	bool report = false;
+	FILE *f = fopen(errlog, "r");
+	while (f && fgets(line, sizeof line, f))
+		report = report || strstr(line, "Sanitizer");
+	if (f)
+		fclose(f);
+	if (rc || report)
+		show_log();
+	CHECK_EQ(rc, 0);
+	CHECK(!report);
+}
+
+static size_t connect_packet(uint8_t *b, int version, const char *id, int clean, uint32_t expiry)
+{
+	uint8_t pb_buf[16];
+	mq_pb pb = { pb_buf, 0, sizeof pb_buf, 0 };
+	if (version == 5 && expiry)
+		mq_pb_u32(&pb, MQ_P_SESSION_EXPIRY, expiry);
+	return mq_enc_connect(b, version, id, clean, 0, &pb);
+}
+
+/* ---- two clients as the specification wants them, on one poll loop ------------------------ */
+
+#define WINDOW 32         /* the publisher's QoS 2 messages in flight */
+#define MAXMSG 400000
+
+typedef struct client {
+	const char *id;
+	int fd;                  /* -1: no connection */
+	bool up;                 /* its CONNACK came */
+	bool ever;               /* it connected once: the session must be present from then on */
+	size_t len;
+	uint8_t in[1 << 16];
+} client;
+
+typedef struct flight {
+	uint16_t pid;
+	uint32_t n;              /* the message's number, its payload */
+	uint8_t state;           /* 1: PUBLISH sent, 2: PUBREC came and PUBREL sent */
+} flight;
+
+static client pub = { .id = "eo-pub", .fd = -1 }, sub = { .id = "eo-sub", .fd = -1 };
+static flight fl[WINDOW];
+static int nfl;
+static uint32_t published;  /* messages 0 .. published-1 were sent at least once */
+static bool publishing, subscribed;
+static uint16_t last_pid;
+static uint8_t pubrec[MAXMSG];    /* the broker acknowledged it with PUBREC */
+static uint8_t delivered[MAXMSG]; /* times it reached the subscriber's application */
+static bool held[65536];          /* ids the subscriber holds between PUBLISH and PUBREL */
+static long nheld, ndelivered, nacked;
+
+static void drop(client *c)
+{
+	if (c->fd >= 0)
+		close(c->fd);
+	c->fd = -1;
+	c->up = false;
+	c->len = 0;
+}
+
+static void out(client *c, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	while (c->fd >= 0 && n) {
+		ssize_t w = send(c->fd, b, n, MSG_NOSIGNAL);
+		if (w <= 0) {
+			drop(c); /* the broker died: what was not sent is resent on reconnect */
+			return;
+		}
+		b += w;
+		n -= (size_t)w;
+	}
+}
+
+static void ack(client *c, int type, uint16_t pid)
+{
+	uint8_t b[8];
+	out(c, b, mq_enc_ack(b, 4, type, pid, 0, NULL));
+}
+
+static void send_publish(const flight *f, int dup)
+{
+	char payload[16];
+	int n = snprintf(payload, sizeof payload, "%u", f->n);
+	mq_pub_enc e = { 4, 2, dup, 0, f->pid, "eo/t", 4, NULL, 0, payload, (uint32_t)n, NULL, 0 };
+	uint8_t b[64];
+	out(&pub, b, mq_enc_publish(b, &e));
+}
+
+static void top_up(void)
+{
+	while (publishing && subscribed && pub.up && nfl < WINDOW && published < MAXMSG) {
+		flight *f = &fl[nfl];
+		bool used;
+		do { /* the next id not in flight */
+			if (!++last_pid)
+				last_pid = 1;
+			used = false;
+			for (int i = 0; i < nfl && !used; i++)
+				used = fl[i].pid == last_pid;
+		} while (used);
+		*f = (flight){ last_pid, published++, 1 };
+		nfl++;
+		send_publish(f, 0);
+	}
+}
+
+static flight *in_flight(uint16_t pid)
+{
+	for (int i = 0; i < nfl; i++)
+		if (fl[i].pid == pid)
+			return &fl[i];
+	return NULL;
+}
+
+static void on_connack(client *c, const mq_packet *pk)
+{
+	CHECK_EQ(pk->reason, 0);
+	if (c->ever && !pk->connack.session_present) {
+		fprintf(stderr, "%s: the session was lost (CONNACK without session present)\n",
+			c->id);
+		CHECK(0);
+	}
+	c->ever = c->up = true;
+	if (c == &sub && !subscribed) {
+		uint8_t b[64];
+		out(c, b, mq_enc_subscribe(b, 4, 1, "eo/#", 2, NULL));
+	}
+	if (c == &pub) /* a client resends what is unfinished, in order (MQTT 4.4) */
+		for (int i = 0; i < nfl; i++) {
+			if (fl[i].state == 1)
+				send_publish(&fl[i], 1);
+			else
+				ack(c, MQ_PUBREL, fl[i].pid);
+		}
+}
+
+static void on_packet(client *c, const mq_packet *pk)
+{
+	switch (pk->type) {
+	case MQ_CONNACK:
+		on_connack(c, pk);
+		break;
+	case MQ_SUBACK:
+		CHECK(c == &sub && pk->sub.list.len == 1 && pk->sub.list.p[0] == 2);
+		subscribed = true;
+		break;
+	case MQ_PUBLISH: { /* to the subscriber */
+		CHECK(c == &sub && pk->publish.qos == 2);
+		char num[16];
+		snprintf(num, sizeof num, "%.*s", (int)pk->publish.payload.len,
+			 (const char *)pk->publish.payload.p);
+		uint32_t n = (uint32_t)strtoul(num, NULL, 10);
+		CHECK(n < published);
+		if (!held[pk->packet_id]) { /* new: to the application */
+			held[pk->packet_id] = true;
+			nheld++;
+			if (delivered[n]++ == 0)
+				ndelivered++;
+		}
+		ack(c, MQ_PUBREC, pk->packet_id);
+		break;
+	}
+	case MQ_PUBREL: /* to the subscriber: the id is free again (known or not, PUBCOMP) */
+		CHECK(c == &sub);
+		if (held[pk->packet_id]) {
+			held[pk->packet_id] = false;
+			nheld--;
+		}
+		ack(c, MQ_PUBCOMP, pk->packet_id);
+		break;
+	case MQ_PUBREC: { /* to the publisher */
+		CHECK(c == &pub);
+		flight *f = in_flight(pk->packet_id);
+		CHECK(f); /* never for an id the publisher has not in flight */
+		if (f->state == 1) {
+			f->state = 2;
+			if (!pubrec[f->n]++)
+				nacked++;
+		}
+		ack(c, MQ_PUBREL, f->pid);
+		break;
+	}
+	case MQ_PUBCOMP: { /* to the publisher */
+		CHECK(c == &pub);
+		flight *f = in_flight(pk->packet_id);
+		if (f && f->state == 2) {
+			nfl--;
+			memmove(f, f + 1, (size_t)(&fl[nfl] - f) * sizeof *f);
+		}
+		break;
+	}
+	default:
+		fprintf(stderr, "%s: unexpected packet type %d\n", c->id, pk->type);
+		CHECK(0);
+	}
+}
+
+static void input(client *c)
+{
+	ssize_t n = read(c->fd, c->in + c->len, sizeof c->in - c->len);
+	if (n <= 0) {
+		drop(c);
+		return;
+	}
+	c->len += (size_t)n;
+	size_t off = 0;
+	for (;;) {
+		int hdr;
+		long total = mq_frame(c->in + off, c->len - off, &hdr);
+		CHECK(total >= 0);
+		if (total == 0 || (size_t)total > c->len - off)
+			break;
+		mq_packet pk;
+		CHECK_EQ(mq_decode(c->in + off, (size_t)total, 4, &pk), 0);
+		on_packet(c, &pk);
+		off += (size_t)total;
+		if (c->fd < 0)
+			return;
+	}
+	memmove(c->in, c->in + off, c->len - off);
+	c->len -= off;
+}
+
+static void reconnect(client *c)
+{
+	drop(c);
+	c->fd = dial();
+	CHECK(c->fd >= 0);
+	uint8_t b[64];
+	out(c, b, connect_packet(b, 4, c->id, 0, 0));
+}
+
+/* Handle what comes for up to ms milliseconds. */
+static void pump(int ms)
+{
+	struct pollfd p[2];
+	client *cs[2];
+	int n = 0;
+	for (client *c = &pub; c; c = c == &pub ? &sub : NULL)
+		if (c->fd >= 0) {
+			p[n] = (struct pollfd){ c->fd, POLLIN, 0 };
+			cs[n++] = c;
+		}
+	if (poll(p, (nfds_t)n, ms) > 0)
+		for (int i = 0; i < n; i++)
+			if (p[i].revents && cs[i]->fd >= 0)
+				input(cs[i]);
+	top_up();
+}
+
+/* Pump until cond holds; false after ms. */
+static bool pump_until(bool (*cond)(void), int ms)
+{
+	int64_t end = weft_now() + ms * MS;
+	while (!cond()) {
+		if (weft_now() > end)
+			return false;
+		pump(5);
+	}
+	return true;
+}
+
+static long round_start;
+static bool both_up(void) { return pub.up && sub.up && subscribed; }
+static bool delivered_this_round(void) { return ndelivered > round_start; }
+static bool both_gone(void) { return pub.fd < 0 && sub.fd < 0; }
+static bool settled(void)
+{
+	if (nfl || nheld)
+		return false;
+	for (uint32_t n = 0; n < published; n++)
+		if (pubrec[n] && !delivered[n])
+			return false;
+	return true;
+}
+
+TEST(qos2_exactly_once_across_kill9)
+{
+	if (test_emulated()) {
+		printf("skipped: the broker cannot be started under an emulator\n");
+		return;
+	}
+	/* each kill costs a restart, a reconnection and up to 0.3 s of traffic */
+	const int kills = SLOW ? 20 : 30;
+	srand((unsigned)getpid());
+	publishing = true;
+	for (int k = 0; k <= kills; k++) {
+		start_broker(0);
+		reconnect(&sub);
+		reconnect(&pub);
+		if (!pump_until(both_up, 30000)) {
+			show_log();
+			CHECK(!"the clients did not get back in");
+		}
+		if (k == kills)
+			break;
+		round_start = ndelivered;
+		if (!pump_until(delivered_this_round, 30000)) {
+			show_log();
+			CHECK(!"nothing was delivered");
+		}
+		int64_t at = weft_now() + (rand() % 300) * MS; /* a random point of the traffic */
+		while (weft_now() < at)
+			pump(2);
+		kill_broker();
+		pump_until(both_gone, 5000); /* what the broker sent before it died */
+		drop(&pub);
+		drop(&sub);
+	}
+	/* the last restart: finish what is in flight, publish nothing new */
+	publishing = false;
+	bool done = pump_until(settled, 30000);
+	stop_broker();
+	long lost = 0, dup = 0;
+	for (uint32_t n = 0; n < published; n++) {
+		if (pubrec[n] && !delivered[n] && lost++ < 10)
+			fprintf(stderr, "lost: message %u (acknowledged with PUBREC)\n", n);
+		if (delivered[n] > 1 && dup++ < 10)
+			fprintf(stderr, "duplicate: message %u reached the application %d times\n", n,
+				delivered[n]);
+	}
+	fprintf(stderr, "%d kills: %u messages published, %ld acknowledged with PUBREC, %ld "
+			"delivered; %ld lost, %ld duplicated%s\n",
+		kills, published, nacked, ndelivered, lost, dup,
+		done ? "" : " (the flows in progress did not all finish)");
+	CHECK_EQ(dup, 0);
+	CHECK_EQ(lost, 0);
+	CHECK(done);
+	CHECK(nacked > 0);
+}
+
+/* ---- a store that cannot write --------------------------------------------------------------- */
+
+/* One whole packet from a blocking socket into b (cap bytes): its length, -1 at EOF/timeout. */
+static int next_packet(int s, uint8_t *b, size_t cap)
+{
+	size_t n = 0;
+	for (;;) {
+		int hdr;
+		long total = mq_frame(b, n, &hdr);
+		CHECK(total >= 0 && (size_t)total <= cap);
+		if (total && n >= (size_t)total)
+			return (int)total;
+		ssize_t r = read(s, b + n, total ? (size_t)total - n : 1);
+		if (r <= 0)
+			return -1;
+		n += (size_t)r;
+	}
+}
+
+/* CONNECT and read the CONNACK: its reason code, or -1 when the broker closed first. The
+ * connection stays open in *fd (NULL: closed). */
+static int connack(int version, const char *id, int clean, uint32_t expiry, int *fd)
+{
+	int s = dial();
+	CHECK(s >= 0);
+	uint8_t b[256];
+	size_t n = connect_packet(b, version, id, clean, expiry);
+	CHECK_EQ(write(s, b, n), (long long)n);
+	int rc = -1;
+	mq_packet pk;
+	int len = next_packet(s, b, sizeof b);
+	if (len > 0 && mq_decode(b, (size_t)len, version, &pk) == 0 && pk.type == MQ_CONNACK)
+		rc = pk.reason;
+	if (fd)
+		*fd = s;
+	else
+		close(s);
+	return rc;
+}
+
+#define BIG 32768
+
+TEST(persistent_sessions_refused_while_store_fails)
+{
+	if (test_emulated()) {
+		printf("skipped: the broker cannot be started under an emulator\n");
+		return;
+	}
+	start_broker(1 << 20);
+	/* an offline persistent session subscribed with QoS 1: what is published is stored */
+	int s;
+	CHECK_EQ(connack(4, "keep", 0, 0, &s), 0);
+	uint8_t b[BIG + 128];
+	size_t n = mq_enc_subscribe(b, 4, 1, "full/#", 1, NULL);
+	CHECK_EQ(write(s, b, n), (long long)n);
+	CHECK(next_packet(s, b, sizeof b) > 0 && b[0] == 0x90);
+	close(s);
+	/* fill the store until a message is not acknowledged: the store failed */
+	CHECK_EQ(connack(4, "filler", 1, 0, &s), 0);
+	static char payload[BIG];
+	int acked = 0;
+	for (; acked < 200; acked++) {
+		memset(payload, 'x', sizeof payload);
+		char num[8];
+		snprintf(num, sizeof num, "%07d", acked);
+		memcpy(payload, num, 7); /* its number, to know it again */
+		mq_pub_enc e = { 4, 1, 0, 0, (uint16_t)(acked + 1), "full/x", 6, NULL, 0,
+				 payload, sizeof payload, NULL, 0 };
+		n = mq_enc_publish(b, &e);
+		if (write(s, b, n) != (ssize_t)n || next_packet(s, b, sizeof b) < 0)
+			break;
+		CHECK_EQ(b[0], 0x40);
+	}
+	close(s);
+	fprintf(stderr, "the store failed after %d messages of %d bytes\n", acked, BIG);
+	CHECK(acked > 0 && acked < 200);
+	/* while it cannot write: no new persistent session, nor an old one back */
+	CHECK_EQ(connack(5, "new5", 1, 3600, NULL), MQ_RC_SERVER_UNAVAILABLE);
+	CHECK_EQ(connack(4, "new3", 0, 0, NULL), MQ_V3_UNAVAILABLE);
+	CHECK_EQ(connack(4, "keep", 0, 0, NULL), MQ_V3_UNAVAILABLE);
+	CHECK_EQ(connack(5, "clean5", 1, 0, NULL), 0); /* nothing of it is stored */
+	/* room again: the store recovers and takes persistent sessions */
+	struct rlimit rl = { RLIM_INFINITY, RLIM_INFINITY };
+	CHECK_EQ(prlimit(broker, RLIMIT_FSIZE, &rl, NULL), 0);
+	int rc = -1;
+	for (int i = 0; i < 600 && rc != 0; i++) { /* 30 s */
+		rc = connack(5, "new5", 1, 3600, NULL);
+		if (rc)
+			usleep(50000);
+	}
+	CHECK_EQ(rc, 0);
+	/* and what it acknowledged before failing is all there */
+	CHECK_EQ(connack(4, "keep", 0, 0, &s), 0);
+	static uint8_t got[200];
+	int distinct = 0;
+	while (distinct < acked) {
+		int len = next_packet(s, b, sizeof b);
+		CHECK(len > 0);
+		mq_packet pk;
+		CHECK_EQ(mq_decode(b, (size_t)len, 4, &pk), 0);
+		CHECK_EQ(pk.type, MQ_PUBLISH);
+		CHECK_EQ(pk.publish.payload.len, BIG);
+		char num[8];
+		snprintf(num, sizeof num, "%.7s", (const char *)pk.publish.payload.p);
+		int i = atoi(num);
+		CHECK(i >= 0 && i < 200);
+		if (!got[i]++)
+			distinct += i < acked;
+		n = mq_enc_ack(b, 4, MQ_PUBACK, pk.packet_id, 0, NULL);
+		CHECK_EQ(write(s, b, n), (long long)n);
+	}
+	close(s);
+	stop_broker();
+}
