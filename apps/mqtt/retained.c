@@ -16,29 +16,32 @@
  *
  * The limits on live deliveries (qos0_queue_bytes, max_queued_messages, max_queued_bytes) do
  * not apply to a backlog's deliveries: what is retained bounds the backlog, and it must be
- * complete. Rejected: pushing the whole backlog through session_deliver (what was done, and
- * what mosquitto does): beyond those limits the rest was dropped, 1,020 of 5,000 QoS 1
- * messages sent. Also rejected: queueing the backlog as deliveries (a record per message per
- * subscriber, where the snapshot is a pointer) and a resumable walk of the tree (its nodes are
- * freed through epoch.c and its hash tables rebuilt as they grow: a cursor into it between
- * batches would need either pinned).
+ * complete. Rejected: pushing the whole backlog through session_deliver at once (mosquitto's
+ * way), where those limits drop all but a window and a queue of it; queueing it as
+ * deliveries (a record per message per subscriber, where the snapshot is a pointer); a
+ * resumable walk of the tree (its nodes are freed through epoch.c and its hash tables rebuilt
+ * as they grow: a cursor into it between batches would need both pinned).
  *
- * Choices (docs/weft-mqtt.md, Retained messages, says what is promised):
+ * Choices (docs/weft-mqtt.md, "Retained messages on subscribe", says what is promised):
  *  - What is sent is the snapshot: a retained message replaced or cleared after the SUBSCRIBE
  *    is still sent as it was, as if the whole backlog had been queued at once. The newer one
- *    reached the client live, since the subscription was in place before the snapshot.
+ *    was delivered live, the subscription being in place before the snapshot.
  *  - Order on a topic: a live message to the session whose topic has an entry still pending
  *    in a backlog takes that entry out and delivers it first (retained_overtake), so no live
- *    message on a topic is overtaken by its older retained one. Live messages already queued
- *    go before the backlog's QoS 1/2 entries (the backlog fills what room live traffic
- *    leaves, and never makes a live message wait or drop).
+ *    message on a topic is overtaken by its older retained one. Live messages queued go
+ *    before the backlog's QoS 1/2 entries: the backlog takes the room live traffic leaves,
+ *    and a live message waits behind at most a chunk and a window of it. Rejected: the
+ *    backlog first, as if queued at the SUBSCRIBE (mosquitto's order), which makes live
+ *    QoS 1/2 messages drop at max_queued_messages while a long backlog takes the window.
  *  - Expiry and the ACL are checked as each entry is sent.
  *  - UNSUBSCRIBE ends the filter's backlog; a session that ends drops its backlogs. A
  *    persistent session that goes offline keeps them (references) and goes on when its client
  *    comes back; they are not written to the store: a restart loses what was not sent.
  *  - A second SUBSCRIBE to the filter that sends retained messages (retain handling 0, or 1 for
- *    a subscription that did not exist) starts the backlog over from a new snapshot; one that
- *    does not (retain handling 1 or 2) lets a pending backlog go on under the new options.
+ *    a subscription that did not exist; always in 3.1.1) starts the backlog over from a new
+ *    snapshot, as the specification wants them all sent again; one that does not (retain
+ *    handling 1 or 2) lets a pending backlog go on under the new options, since what the
+ *    first SUBSCRIBE asked for is owed still.
  *
  * Everything here runs under the session's lock. topic_send_retained takes the snapshot under
  * the tree's lock and takes the session's before letting the tree's go (lock order: the tree,

@@ -580,7 +580,8 @@ static int small_client(const char *id, int clean, int *present)
 
 /* What a subscriber to rt/# got: how many times each rt/<i>. */
 typedef struct seen {
-	int n, distinct, dups, pubs;
+	int n, distinct, dups, pubs, qos1;
+	int v; /* the subscriber's protocol level: 0 is 4 */
 	uint8_t *count;
 	uint16_t pending[64]; /* QoS 1 packet ids not acknowledged (when acks are held) */
 	int npending;
@@ -597,9 +598,10 @@ static void take(int s, seen *w, int until, int pubs, bool hold, bool slow)
 		int n = next(s, b, sizeof b);
 		if (n <= 0)
 			return;
-		CHECK_EQ(mq_decode(b, (size_t)n, 4, &pk), 0);
+		CHECK_EQ(mq_decode(b, (size_t)n, w->v ? w->v : 4, &pk), 0);
 		CHECK_EQ(pk.type, MQ_PUBLISH);
 		CHECK(pk.publish.retain);
+		w->qos1 += pk.publish.qos == 1;
 		char v[16];
 		CHECK(pk.publish.payload.len < sizeof v);
 		memcpy(v, pk.publish.payload.p, pk.publish.payload.len);
@@ -762,6 +764,31 @@ TEST(retained_backlog_restarts_on_a_second_subscribe)
 	CHECK_EQ(stop(), 0);
 }
 
+/* A second SUBSCRIBE that sends no retained messages (5.0 retain handling 2) lets the pending
+ * backlog go on, at the new subscription's QoS: nothing is sent twice. */
+TEST(retained_backlog_goes_on_under_a_subscribe_without_retained)
+{
+	test_skip_emulated();
+	start(NULL);
+	int n = 5000;
+	retain_many(n, 1);
+	int s = client(5, "rt-rh2", 60);
+	subscribe(s, 5, "rt/#", 1);
+	seen w = { .n = n, .v = 5, .count = calloc((size_t)n, 1) };
+	take(s, &w, n, 20, true, false);
+	CHECK_EQ(w.qos1, 20);
+	subscribe(s, 5, "rt/#", 0 | 2 << 4); /* QoS 0 now, retain handling 2 */
+	ack_pending(s, &w);
+	take(s, &w, n, INT_MAX, false, false);
+	CHECK_EQ(w.distinct, n);
+	CHECK_EQ(w.dups, 0);
+	CHECK_EQ(w.qos1, 20); /* the rest at QoS 0 */
+	nothing_more(s);
+	close(s);
+	free(w.count);
+	CHECK_EQ(stop(), 0);
+}
+
 /* Live messages to a client with a backlog pending: on each topic the retained message (older)
  * comes before the live one, and every one of both comes. */
 TEST(retained_backlog_not_overtaken_by_live_messages_on_a_topic)
@@ -806,5 +833,34 @@ TEST(retained_backlog_not_overtaken_by_live_messages_on_a_topic)
 	close(s);
 	close(pub);
 	free(count);
+	CHECK_EQ(stop(), 0);
+}
+
+/* A client that never reads, with a retained backlog pending (QoS 0): the socket pushes back,
+ * its keep-alive still ends it (writer and all), and the broker exits clean (ASan: no leak). */
+TEST(retained_backlog_to_a_client_that_never_reads_ends_at_its_keep_alive)
+{
+	test_skip_emulated();
+	start("sys_interval 1\n");
+	retain_many(100000, 0);
+	int dead = dial_rcvbuf(4096);
+	uint8_t b[256];
+	put(dead, b, mq_enc_connect(b, 4, "rt-dead", 1, 1, NULL));
+	CHECK_EQ(next(dead, b, sizeof b), 4);
+	subscribe(dead, 4, "rt/#", 0);
+	int watch = client(4, "rt-watch", 60);
+	subscribe(watch, 4, "$SYS/broker/clients/connected", 0);
+	mq_packet pk;
+	int ok = 0;
+	for (int i = 0; i < 20 && !ok; i++) { /* down to the watcher alone */
+		int n = next(watch, b, sizeof b);
+		CHECK(n > 0);
+		CHECK_EQ(mq_decode(b, (size_t)n, 4, &pk), 0);
+		ok = pk.publish.payload.len == 1 && pk.publish.payload.p[0] == '1';
+	}
+	CHECK(ok);
+	close(watch);
+	close(dead);
+	others_fine();
 	CHECK_EQ(stop(), 0);
 }
