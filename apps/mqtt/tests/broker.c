@@ -660,13 +660,16 @@ TEST(retained_backlog_qos0_sent_whole_to_a_slow_reader)
 	CHECK_EQ(stop(), 0);
 }
 
-TEST(retained_backlog_qos1_sent_whole_as_acknowledged)
+/* 5,000 retained QoS 1 messages to a subscriber acknowledging each as it comes; with
+ * persistence, to a persistent session (each delivery stored as it is sent). */
+static void qos1_backlog(bool persist)
 {
-	test_skip_emulated();
-	start(NULL);
+	char conf[PATH_MAX + 64];
+	snprintf(conf, sizeof conf, "persistence true\npersistence_location %s\n", test_tmpdir());
+	start(persist ? conf : NULL);
 	int n = 5000;
 	retain_many(n, 1);
-	int s = client(4, "rt-q1", 60);
+	int s = persist ? small_client("rt-q1", 0, NULL) : client(4, "rt-q1", 60);
 	subscribe(s, 4, "rt/#", 1);
 	seen w = { .n = n, .count = calloc((size_t)n, 1) };
 	take(s, &w, n, INT_MAX, false, false);
@@ -677,6 +680,18 @@ TEST(retained_backlog_qos1_sent_whole_as_acknowledged)
 	free(w.count);
 	others_fine();
 	CHECK_EQ(stop(), 0);
+}
+
+TEST(retained_backlog_qos1_sent_whole_as_acknowledged)
+{
+	test_skip_emulated();
+	qos1_backlog(false);
+}
+
+TEST(retained_backlog_qos1_sent_whole_with_persistence)
+{
+	test_skip_emulated();
+	qos1_backlog(true);
 }
 
 /* UNSUBSCRIBE ends the backlog: once the window sent is acknowledged nothing follows. A clean
