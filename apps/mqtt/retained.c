@@ -206,7 +206,8 @@ static msg **lookup(rbacklog *b, const msg *m, uint32_t h)
 		index_build(b);
 	for (uint32_t k = h & b->mask; b->index[k]; k = (k + 1) & b->mask) {
 		msg **e = &b->v[b->index[k] - 1];
-		if (*e && (*e)->topic_len == m->topic_len && !memcmp((*e)->topic, m->topic, m->topic_len))
+		if (*e && (*e)->topic_len == m->topic_len &&
+		    !memcmp((*e)->topic, m->topic, m->topic_len))
 			return e;
 	}
 	return NULL;

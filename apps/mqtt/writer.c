@@ -49,8 +49,9 @@ void session_flush(session *s)
 			pool_free(buf);
 			if (s->out_len && s->conn == c && !c->closing)
 				continue;
-			/* a retained backlog goes on in a writer task, which lets the worker's other
-			 * tasks run between its chunks: never a whole backlog on the flusher's time */
+			/* a retained backlog goes on in a writer task, which lets the
+			 * worker's other tasks run between its chunks: never a whole
+			 * backlog on the time of whoever flushed */
 			if (!s->backlog || s->conn != c || !retained_drain(s) || !s->out_len)
 				break;
 			buf = NULL;
@@ -121,7 +122,7 @@ static void writer(void *arg)
 				c->wbuf = conn_frame(c, buf, &len);
 				c->wlen = len;
 				c->woff = 0;
-				if (more) /* a backlog may be long: the worker's other tasks get a turn */
+				if (more) /* a long backlog: the worker's other tasks get a turn */
 					weft_yield();
 				continue;
 			}
