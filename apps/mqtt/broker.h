@@ -3,8 +3,10 @@
  *
  *   conn.c     one task per client connection: reads, decodes, runs the protocol
  *   session.c  what outlives a connection: subscriptions' owner, outbound queue, inflight
- *              QoS 1/2 messages, will; the session table; writing to the socket in batches
+ *              QoS 1/2 messages, will; the session table
+ *   writer.c   writing a session's output to the socket in batches; the writer task
  *   topic.c    the subscription and retained-message tree, matched without a global lock
+ *   retained.c the retained messages a SUBSCRIBE sends: a backlog drained as room frees
  *   epoch.c    epoch-based reclamation, which makes that lock-free matching safe
  *   msg.c      reference-counted messages, decoded once and shared by every receiver
  *   pool.c     per-worker free lists, so the publish path takes no allocator lock
@@ -194,6 +196,7 @@ typedef struct session {
 	uint16_t *rel_ids;
 	uint16_t nrel, rel_cap;
 	subrec *subs;
+	struct rbacklog *backlog;  /* retained messages of SUBSCRIBEs still to send (retained.c) */
 	/* will */
 	msg *will;
 	uint32_t will_delay;
@@ -232,6 +235,17 @@ static inline void session_ref(session *s)
  * is NULL. */
 void session_deliver(session *s, msg *m, int qos, int retain, const uint32_t *subids, int nsub,
 		     struct conn *by);
+/* session_deliver's work with s's lock held, now the time if m expires (else anything). With
+ * `capped` off (a retained backlog's delivery, retained.c) qos0_queue_bytes,
+ * max_queued_messages and max_queued_bytes do not apply. */
+void session_put(session *s, msg *m, int qos, int retain, const uint32_t *subids, int nsub,
+		 struct conn *by, int64_t now, bool capped);
+/* Whether s's connection takes output now: attached and not being torn down (lock held). */
+bool session_taking_output(const session *s);
+/* topic_send_retained's end, s's lock held: start s's backlog for filter with v[0..n), the
+ * matching retained messages referenced (the array is s's now), then let the lock go. */
+void session_retained(session *s, const char *filter, uint16_t len, msg **v, uint32_t n,
+		      int max_qos, uint32_t subid, struct conn *by);
 /* Append a raw packet to s's output (acks, SUBACK, ...), marked dirty like a delivery. */
 void session_send(session *s, const void *pkt, size_t n, struct conn *by);
 /* Write out what is queued for s without waiting: what the socket does not take now is left
@@ -286,9 +300,12 @@ int topic_subscribe(session *s, const char *filter, uint16_t len, uint8_t opts, 
 int topic_unsubscribe(session *s, const char *filter, uint16_t len);
 /* Set (or with an empty payload clear) the retained message of m's topic. */
 void topic_retain(msg *m);
-/* Deliver the retained messages matching filter to s (qos capped at max_qos). */
+/* Send s every retained message matching filter (qos capped at max_qos), as the client takes
+ * them: a backlog of s (retained.c) that replaces one pending for the same filter. */
 void topic_send_retained(session *s, const char *filter, uint16_t len, int max_qos,
 			 uint32_t subid, struct conn *by);
+/* The hash of topic names and levels the tree uses. */
+uint32_t topic_hash(const char *s, size_t n);
 long topic_retained_count(void);
 long topic_sub_count(void);
 long topic_node_count(void); /* nodes in the tree, the root included */
@@ -298,6 +315,26 @@ void topic_free_all(void);
  * with all its subscription ids; one member of each shared group. Returns the number of
  * deliveries. from is the publishing session (no-local), by its connection. */
 int topic_publish(msg *m, session *from, struct conn *by);
+
+/* ---- retained backlogs (retained.c); s's lock held unless said ------------------------------ */
+
+typedef struct rbacklog rbacklog;
+/* Start s's backlog for filter: v[0..n) the matching retained messages, referenced (the array
+ * becomes the backlog's); one pending for the filter is dropped first. */
+void retained_start(session *s, const char *filter, uint16_t len, msg **v, uint32_t n,
+		    int max_qos, uint32_t subid);
+/* Move what has room now into s's output and window: whether anything was added. */
+bool retained_drain(session *s);
+/* A live delivery of m to s comes: the entry of m's topic pending in a backlog goes first. */
+void retained_overtake(session *s, const msg *m, struct conn *by);
+/* A SUBSCRIBE replaced filter's subscription and sends no retained messages: a backlog
+ * pending for it goes on with the new options (takes the lock). */
+void retained_resubscribed(session *s, const char *filter, uint16_t len, int max_qos,
+			   uint32_t subid);
+/* filter was unsubscribed: its backlog ends. */
+void retained_forget(session *s, const char *filter, uint16_t len);
+/* s ends: every backlog goes. */
+void retained_drop_all(session *s);
 
 /* ---- password_file and acl_file (access.c) ------------------------------------------------- */
 

@@ -232,6 +232,7 @@ static void subrec_del(session *s, const uint8_t *f, uint16_t len)
 				subrec *r = *pp;
 				*pp = r->next;
 				free(r);
+				retained_forget(s, (const char *)f, len);
 				break;
 			}
 	}
@@ -572,7 +573,8 @@ static int on_subscribe(conn *c, mq_packet *pk)
 	uint8_t o;
 	while (mq_sub_next(pk, &pos, &f, &o))
 		n++;
-	/* codes[i]: the SUBACK's; want[i]: send filter i's retained messages after it */
+	/* codes[i]: the SUBACK's; want[i]: 2 to send filter i's retained messages after it, 1
+	 * to let a backlog of them still pending go on under the new options (retained.c) */
 	uint8_t small[128], *codes = n <= 64 ? small : malloc(2 * (size_t)n);
 	if (!codes)
 		abort();
@@ -604,7 +606,7 @@ static int on_subscribe(conn *c, mq_packet *pk)
 		persist_sub(s, (const char *)f.p, (uint16_t)f.len, (uint8_t)(o & 0x3F), subid, c);
 		codes[i] = (uint8_t)(o & 3);
 		int rh = (o >> 4) & 3;
-		want[i] = !shared && (rh == 0 || (rh == 1 && !existed));
+		want[i] = shared ? 0 : rh == 0 || (rh == 1 && !existed) ? 2 : 1;
 	}
 	if (persist_on && c->ticket && persist_wait(c) < 0) { /* SUBACK once durable */
 		if (codes != small)
@@ -619,8 +621,10 @@ static int on_subscribe(conn *c, mq_packet *pk)
 	free(out);
 	pos = 0;
 	for (uint32_t i = 0; mq_sub_next(pk, &pos, &f, &o); i++)
-		if (want[i])
+		if (want[i] == 2)
 			topic_send_retained(s, (const char *)f.p, (uint16_t)f.len, o & 3, subid, c);
+		else if (want[i])
+			retained_resubscribed(s, (const char *)f.p, (uint16_t)f.len, o & 3, subid);
 	if (codes != small)
 		free(codes);
 	return 0;

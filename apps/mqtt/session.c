@@ -17,12 +17,12 @@
  * message queued for that client since its last write. Under load a batch holds many
  * messages, so the broker makes far fewer system calls than messages.
  *
- * Writing. Whoever flushes takes the buffer (the `writing` flag makes one writer at a time),
- * writes it without waiting (a deadline already past), and loops while more arrived. If the
- * socket does not take everything, the rest goes to a writer task spawned for the purpose,
- * which waits for the socket and keeps draining until the buffer is empty, then ends: an idle
- * connection has no writer task and no output buffer. The same task waits when the buffer
- * holds QoS 2 state of a stored session that is not yet durable (out_after).
+ * Writing the buffer to the socket is writer.c's.
+ *
+ * Retained messages a SUBSCRIBE sends are a backlog of the session (retained.c): references
+ * to them, drained into the output and the window as room frees (after each write, each
+ * acknowledgement, on resume), past the limits above, since it must be complete and what is
+ * retained bounds it. Of a client that reads nothing it keeps 64 KiB more in the output.
  *
  * Lifetime. The session table holds a reference, an attached connection another. When the
  * last goes, the session is retired through epoch.c, because a publisher may have read it out
@@ -42,7 +42,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/socket.h>
 
 #include "bridge.h"
 #include "broker.h"
@@ -143,6 +142,7 @@ static void session_end(session *s)
 		s->nqueued = s->ninflight = 0;
 		s->queued_bytes = 0;
 		will = take_will(s);
+		retained_drop_all(s);
 		pool_free(s->out);
 		s->out = NULL;
 		s->out_len = s->out_cap = 0;
@@ -513,6 +513,11 @@ static bool taking_output(const session *s)
 	return s->conn && !s->conn->closing;
 }
 
+bool session_taking_output(const session *s)
+{
+	return taking_output(s);
+}
+
 static uint8_t *out_room(session *s, size_t n)
 {
 	if (s->out_len + n > s->out_cap) {
@@ -743,6 +748,8 @@ static void fill_window(session *s)
 		}
 		start(s, d, now);
 	}
+	if (s->backlog) /* what room live messages leave */
+		retained_drain(s);
 }
 
 /* After output was added under the lock: should `by` flush s at the end of its batch? */
@@ -769,18 +776,12 @@ static void after(session *s, conn *by, bool flush)
 		session_flush(s);
 }
 
-void session_deliver(session *s, msg *m, int qos, int retain, const uint32_t *subids, int nsub,
-		     conn *by)
+void session_put(session *s, msg *m, int qos, int retain, const uint32_t *subids, int nsub,
+		 conn *by, int64_t now, bool capped)
 {
-	bool flush = false, dropped = false;
-	int64_t now = m->expiry ? weft_now() : 0;
-	weft_mutex_lock(&s->lock);
-	if (s->dead) {
-		weft_mutex_unlock(&s->lock);
-		return;
-	}
+	bool dropped = false;
 	if (qos == 0) {
-		if (!taking_output(s) || s->out_len > conf.qos0_queue_bytes) {
+		if (!taking_output(s) || (capped && s->out_len > conf.qos0_queue_bytes)) {
 			dropped = true;
 			stats_add(ST_DROP_QOS0, 1);
 		} else
@@ -792,10 +793,10 @@ void session_deliver(session *s, msg *m, int qos, int retain, const uint32_t *su
 			out_after(s, qos, persist_enqueue(s, d, by));
 		}
 		start(s, d, now);
-	} else if (s->nqueued >= (uint32_t)conf.max_queued_messages) {
+	} else if (capped && s->nqueued >= (uint32_t)conf.max_queued_messages) {
 		dropped = true;
 		stats_add(ST_DROP_QUEUE_FULL, 1);
-	} else if (conf.max_queued_bytes &&
+	} else if (capped && conf.max_queued_bytes &&
 		   s->queued_bytes + m->payload_len > (uint64_t)conf.max_queued_bytes) {
 		dropped = true;
 		stats_add(ST_DROP_QUEUE_BYTES, 1);
@@ -805,10 +806,33 @@ void session_deliver(session *s, msg *m, int qos, int retain, const uint32_t *su
 			persist_enqueue(s, d, by);
 		queue_append(s, d);
 	}
-	flush = want_flush(s, by);
-	weft_mutex_unlock(&s->lock);
 	if (dropped)
 		stats_add(ST_PUB_DROPPED, 1);
+}
+
+void session_deliver(session *s, msg *m, int qos, int retain, const uint32_t *subids, int nsub,
+		     conn *by)
+{
+	int64_t now = m->expiry ? weft_now() : 0;
+	weft_mutex_lock(&s->lock);
+	if (s->dead) {
+		weft_mutex_unlock(&s->lock);
+		return;
+	}
+	if (s->backlog) /* a retained message of m's topic still to send goes first */
+		retained_overtake(s, m, by);
+	session_put(s, m, qos, retain, subids, nsub, by, now, true);
+	bool flush = want_flush(s, by);
+	weft_mutex_unlock(&s->lock);
+	after(s, by, flush);
+}
+
+void session_retained(session *s, const char *f, uint16_t len, msg **v, uint32_t n, int max_qos,
+		      uint32_t subid, conn *by)
+{
+	retained_start(s, f, len, v, n, max_qos, subid);
+	bool flush = want_flush(s, by);
+	weft_mutex_unlock(&s->lock);
 	after(s, by, flush);
 }
 
@@ -823,95 +847,6 @@ void session_send(session *s, const void *pkt, size_t n, conn *by)
 	}
 	stats_add(ST_MSG_SENT, 1);
 	after(s, by, flush);
-}
-
-static void writer(void *arg);
-
-void session_flush(session *s)
-{
-	weft_mutex_lock(&s->lock);
-	conn *c = s->conn;
-	if (s->writing || !c || !s->out_len || c->closing) {
-		weft_mutex_unlock(&s->lock);
-		return;
-	}
-	s->writing = true;
-	for (;;) {
-		uint8_t *buf = s->out;
-		uint32_t len = s->out_len;
-		int64_t need = s->out_ticket;
-		s->out = NULL;
-		s->out_len = s->out_cap = 0;
-		weft_mutex_unlock(&s->lock);
-		buf = conn_frame(c, buf, &len);
-		/* QoS 2 state not yet durable (out_after): the writer task waits for it, not us */
-		ssize_t n = persist_durable(need) ? conn_write(c, buf, len, 0) : 0;
-		weft_mutex_lock(&s->lock);
-		if (n == (ssize_t)len) {
-			stats_add(ST_BYTES_SENT, len);
-			pool_free(buf);
-			if (s->out_len && s->conn == c && !c->closing)
-				continue;
-			break;
-		}
-		if (n >= 0 || n == -ETIMEDOUT) { /* the socket is full: a writer task waits */
-			c->wbuf = buf;
-			c->wlen = len;
-			c->woff = n > 0 ? (uint32_t)n : 0;
-			c->wneed = need;
-			weft_spawn_opts o = { .name = "mqtt-writer", .detached = 1 };
-			if (weft_spawn_opt(writer, c, &o)) {
-				weft_mutex_unlock(&s->lock);
-				return;
-			}
-			pool_free(c->wbuf);
-			c->wbuf = NULL;
-		} else {
-			pool_free(buf);
-		}
-		shutdown(c->fd, SHUT_RDWR); /* broken: the reader will see it and end */
-		break;
-	}
-	s->writing = false;
-	weft_cond_broadcast(&s->idle);
-	weft_mutex_unlock(&s->lock);
-}
-
-/* Drain c's session output while the socket pushes back, or once the store has what it waits
- * for (a store that failed: the connection ends, the client gets it all again on its return);
- * ends when the output is empty. */
-static void writer(void *arg)
-{
-	conn *c = arg;
-	session *s = c->s;
-	for (;;) {
-		ssize_t n = -EIO;
-		if (persist_wait_ticket(c->wneed, WEFT_FOREVER) == 0)
-			n = conn_write(c, c->wbuf + c->woff, c->wlen - c->woff, WEFT_FOREVER);
-		if (n > 0)
-			stats_add(ST_BYTES_SENT, (uint64_t)n);
-		pool_free(c->wbuf);
-		c->wbuf = NULL;
-		weft_mutex_lock(&s->lock);
-		if (n != (ssize_t)(c->wlen - c->woff))
-			shutdown(c->fd, SHUT_RDWR);
-		else if (s->out_len && !c->closing) {
-			uint8_t *buf = s->out;
-			uint32_t len = s->out_len;
-			c->wneed = s->out_ticket;
-			s->out = NULL;
-			s->out_len = s->out_cap = 0;
-			weft_mutex_unlock(&s->lock);
-			c->wbuf = conn_frame(c, buf, &len);
-			c->wlen = len;
-			c->woff = 0;
-			continue;
-		}
-		s->writing = false;
-		weft_cond_broadcast(&s->idle);
-		weft_mutex_unlock(&s->lock);
-		return;
-	}
 }
 
 /* ---- acknowledgements ----------------------------------------------------------------------- */

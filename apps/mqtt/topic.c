@@ -25,7 +25,8 @@
  * id: matches are sorted by session and merged, but only when more than one node matched.
  *
  * Retained messages sit in the nodes too, changed and read under the writer mutex (sending
- * retained messages happens on subscribe, not on the publish path).
+ * retained messages happens on subscribe, not on the publish path: retained.c). Lock order:
+ * the writer mutex, then a session's lock.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -659,22 +660,24 @@ static void retained_match(const char *f, uint16_t len, route_buf *out, route_bu
 	}
 }
 
+/* The snapshot of the backlog (retained.c), and s's lock taken before the tree's is let go:
+ * a retained message changed after the snapshot is delivered live after the backlog is in
+ * place, and so never overtaken by the older one (retained_overtake). */
 void topic_send_retained(session *s, const char *f, uint16_t len, int max_qos, uint32_t subid,
 			 conn *by)
 {
 	route_buf out = { 0 }, stack = { 0 };
-	WEFT_WITH_LOCK(&wlock)
-		retained_match(f, len, &out, &stack);
-	int64_t now = weft_now();
-	for (uint32_t i = 0; i < out.n; i++) {
-		msg *m = ((msg **)out.v)[i];
-		if (!msg_expired(m, now) && access_read(s, m))
-			session_deliver(s, m, m->qos < max_qos ? m->qos : max_qos, 1, &subid,
-					subid ? 1 : 0, by);
-		msg_unref(m);
-	}
-	free(out.v);
+	weft_mutex_lock(&wlock);
+	retained_match(f, len, &out, &stack);
+	weft_mutex_lock(&s->lock);
+	weft_mutex_unlock(&wlock);
 	free(stack.v);
+	session_retained(s, f, len, out.v, out.n, max_qos, subid, by);
+}
+
+uint32_t topic_hash(const char *s, size_t n)
+{
+	return hash(s, n);
 }
 
 /* Free the whole tree (at exit, after every task that reads it has ended). */

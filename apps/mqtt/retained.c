@@ -1,0 +1,233 @@
+/*
+ * retained.c - the retained messages a SUBSCRIBE sends [MQTT-3.3.1-6]: every one that matches,
+ * however many, at the pace the client takes them.
+ *
+ * A SUBSCRIBE's retained messages are a backlog of the session: the matching retained
+ * messages as they were at the SUBSCRIBE, taken from the tree as references (msg.c: a
+ * pointer each, no copy), and a cursor. The backlog is drained into the session's output as
+ * room frees: a QoS 0 delivery while less than RETAINED_CHUNK bytes wait in the output
+ * buffer, a QoS 1/2 one while the inflight window has room and no live message is queued.
+ * What frees room drains it again: the writer finishing a write (session_flush, and the
+ * writer task, which gives its worker back between chunks), an acknowledgement freeing the
+ * window (fill_window), the client coming back to its session (session_resume). So a client
+ * that reads nothing holds a chunk in its output and one in its writer, the socket pushes
+ * back, and the backlog costs a pointer per message not yet sent (and, once a live message
+ * comes while it is pending, a slot of its topic index).
+ *
+ * The limits on live deliveries (qos0_queue_bytes, max_queued_messages, max_queued_bytes) do
+ * not apply to a backlog's deliveries: what is retained bounds the backlog, and it must be
+ * complete. Rejected: pushing the whole backlog through session_deliver at once (mosquitto's
+ * way), where those limits drop all but a window and a queue of it; queueing it as
+ * deliveries (a record per message per subscriber, where the snapshot is a pointer); a
+ * resumable walk of the tree (its nodes are freed through epoch.c and its hash tables rebuilt
+ * as they grow: a cursor into it between batches would need both pinned).
+ *
+ * Choices (docs/weft-mqtt.md, "Retained messages on subscribe", says what is promised):
+ *  - What is sent is the snapshot: a retained message replaced or cleared after the SUBSCRIBE
+ *    is still sent as it was, as if the whole backlog had been queued at once. The newer one
+ *    was delivered live, the subscription being in place before the snapshot.
+ *  - Order on a topic: a live message to the session whose topic has an entry still pending
+ *    in a backlog takes that entry out and delivers it first (retained_overtake), so no live
+ *    message on a topic is overtaken by its older retained one. Live messages queued go
+ *    before the backlog's QoS 1/2 entries: the backlog takes the room live traffic leaves,
+ *    and a live message waits behind at most a chunk and a window of it. Rejected: the
+ *    backlog first, as if queued at the SUBSCRIBE (mosquitto's order), which makes live
+ *    QoS 1/2 messages drop at max_queued_messages while a long backlog takes the window.
+ *  - Expiry and the ACL are checked as each entry is sent.
+ *  - UNSUBSCRIBE ends the filter's backlog; a session that ends drops its backlogs. A
+ *    persistent session that goes offline keeps them (references) and goes on when its client
+ *    comes back; they are not written to the store: a restart loses what was not sent.
+ *  - A second SUBSCRIBE to the filter that sends retained messages (retain handling 0, or 1 for
+ *    a subscription that did not exist; always in 3.1.1) starts the backlog over from a new
+ *    snapshot, as the specification wants them all sent again; one that does not (retain
+ *    handling 1 or 2) lets a pending backlog go on under the new options, since what the
+ *    first SUBSCRIBE asked for is owed still.
+ *
+ * Everything here runs under the session's lock. topic_send_retained takes the snapshot under
+ * the tree's lock and takes the session's before letting the tree's go (lock order: the tree,
+ * then a session), so that no retained message can change, and be delivered live, between the
+ * snapshot and the backlog being in place for retained_overtake to see.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "broker.h"
+
+/* QoS 0 entries are drained while the output holds less than this: big enough for few
+ * writes, small next to qos0_queue_bytes, which then stays the room of live QoS 0 traffic */
+#define RETAINED_CHUNK 65536
+
+struct rbacklog {
+	struct rbacklog *next;
+	msg **v;          /* the snapshot; an entry is NULL once sent or taken out */
+	uint32_t n, at;   /* entries; the next to drain (all before it are NULL) */
+	uint32_t *index;  /* topic -> entry + 1, open addressing, built on first use; 0: empty */
+	uint32_t mask;
+	uint32_t subid;
+	uint8_t max_qos;
+	uint16_t len;
+	char filter[];
+};
+
+static void backlog_free(rbacklog *b)
+{
+	for (uint32_t i = b->at; i < b->n; i++)
+		msg_unref(b->v[i]);
+	free(b->v);
+	free(b->index);
+	free(b);
+}
+
+static int granted(const rbacklog *b, const msg *m)
+{
+	return m->qos < b->max_qos ? m->qos : b->max_qos;
+}
+
+/* Send entry m of b now (taken out of b already; the reference is dropped here). */
+static void send_entry(session *s, rbacklog *b, msg *m, conn *by, int64_t now)
+{
+	if (!msg_expired(m, now) && access_read(s, m))
+		session_put(s, m, granted(b, m), 1, &b->subid, b->subid ? 1 : 0, by, now, false);
+	msg_unref(m);
+}
+
+static rbacklog **find(session *s, const char *f, uint16_t len)
+{
+	rbacklog **pp = &s->backlog;
+	while (*pp && ((*pp)->len != len || memcmp((*pp)->filter, f, len)))
+		pp = &(*pp)->next;
+	return pp;
+}
+
+void retained_forget(session *s, const char *f, uint16_t len)
+{
+	rbacklog **pp = find(s, f, len), *b = *pp;
+	if (b) {
+		*pp = b->next;
+		backlog_free(b);
+	}
+}
+
+void retained_drop_all(session *s)
+{
+	while (s->backlog) {
+		rbacklog *b = s->backlog;
+		s->backlog = b->next;
+		backlog_free(b);
+	}
+}
+
+bool retained_drain(session *s)
+{
+	if (!session_taking_output(s))
+		return false;
+	bool added = false;
+	int64_t now = weft_now();
+	rbacklog *b;
+	while ((b = s->backlog)) {
+		for (; b->at < b->n; b->at++) {
+			msg *m = b->v[b->at];
+			if (!m)
+				continue;
+			if (granted(b, m) ? s->queue || s->ninflight >= s->window
+					  : s->out_len >= RETAINED_CHUNK)
+				return added;
+			b->v[b->at] = NULL;
+			send_entry(s, b, m, NULL, now);
+			added = true;
+		}
+		s->backlog = b->next;
+		backlog_free(b);
+	}
+	return added;
+}
+
+void retained_start(session *s, const char *f, uint16_t len, msg **v, uint32_t n, int max_qos,
+		    uint32_t subid)
+{
+	retained_forget(s, f, len);
+	if (s->dead || !n) {
+		for (uint32_t i = 0; i < n; i++)
+			msg_unref(v[i]);
+		free(v);
+		return;
+	}
+	rbacklog *b = calloc(1, sizeof *b + len);
+	if (!b)
+		abort();
+	b->v = v;
+	b->n = n;
+	b->subid = subid;
+	b->max_qos = (uint8_t)max_qos;
+	b->len = len;
+	memcpy(b->filter, f, len);
+	rbacklog **pp = &s->backlog;
+	while (*pp) /* at the end: backlogs drain in the order of their SUBSCRIBEs */
+		pp = &(*pp)->next;
+	*pp = b;
+	retained_drain(s);
+}
+
+void retained_resubscribed(session *s, const char *f, uint16_t len, int max_qos, uint32_t subid)
+{
+	WEFT_WITH_LOCK(&s->lock) {
+		rbacklog *b = *find(s, f, len);
+		if (b) {
+			b->max_qos = (uint8_t)max_qos;
+			b->subid = subid;
+		}
+	}
+}
+
+/* The index of b's pending entries by topic (twice as many slots as entries, at least). */
+static void index_build(rbacklog *b)
+{
+	uint32_t size = 8;
+	while (size < 2 * (b->n - b->at))
+		size *= 2;
+	b->index = calloc(size, sizeof *b->index);
+	if (!b->index)
+		abort();
+	b->mask = size - 1;
+	for (uint32_t i = b->at; i < b->n; i++) {
+		if (!b->v[i])
+			continue;
+		uint32_t k = topic_hash(b->v[i]->topic, b->v[i]->topic_len) & b->mask;
+		while (b->index[k])
+			k = (k + 1) & b->mask;
+		b->index[k] = i + 1;
+	}
+}
+
+/* m's topic's entry pending in b (a topic is in a snapshot once), or NULL. */
+static msg **lookup(rbacklog *b, const msg *m, uint32_t h)
+{
+	if (!b->index)
+		index_build(b);
+	for (uint32_t k = h & b->mask; b->index[k]; k = (k + 1) & b->mask) {
+		msg **e = &b->v[b->index[k] - 1];
+		if (*e && (*e)->topic_len == m->topic_len &&
+		    !memcmp((*e)->topic, m->topic, m->topic_len))
+			return e;
+	}
+	return NULL;
+}
+
+void retained_overtake(session *s, const msg *m, conn *by)
+{
+	bool online = session_taking_output(s);
+	uint32_t h = topic_hash(m->topic, m->topic_len);
+	int64_t now = 0;
+	for (rbacklog *b = s->backlog; b; b = b->next) {
+		msg **e = lookup(b, m, h);
+		/* offline, a QoS 0 entry stays for the client's return: a live QoS 0 message is
+		 * dropped then, and messages of different QoS are not ordered [MQTT-4.6.0-6] */
+		if (!e || (!online && !granted(b, *e)))
+			continue;
+		msg *r = *e;
+		*e = NULL;
+		if (!now)
+			now = weft_now();
+		send_entry(s, b, r, by, now);
+	}
+}
