@@ -266,17 +266,20 @@ test('will_delay_v5', async () => {
 	const a = await client(5, { clientId: 'wd-a', clean: false, will: will('wd/a'), properties: { sessionExpiryInterval: 10 } });
 	const b = await client(5, { clientId: 'wd-b', clean: false, will: will('wd/b'), properties: { sessionExpiryInterval: 10 } });
 	const t0 = Date.now();
+	const came = []; // each will, and how long after t0 it came
+	w.on('message', (topic) => came.push([topic, Date.now() - t0]));
 	a.stream.destroy(); // no DISCONNECT: the will is due, after its delay
 	b.stream.destroy();
 	await sleep(200);
 	await client(5, { clientId: 'wd-b', clean: false, properties: { sessionExpiryInterval: 10 } }); // back in time
-	await sleep(400);
-	eq(w.messages.length, 0, 'no will before the delay');
-	await until(() => w.messages.length >= 1, 3000, 'the will');
-	const dt = Date.now() - t0;
-	assert(dt >= 900, `the will came after ${dt} ms, not before its 1 s delay`);
+	const back = Date.now() - t0;
+	await until(() => came.length >= 1, 3000, 'the will');
+	for (const [topic, ms] of came)
+		assert(ms >= 900, `the will of ${topic} came after ${ms} ms, not after its 1 s delay`);
 	await sleep(1000);
-	eq(msgs(w), ['wd/a gone'], 'no will for the client that came back');
+	// wd-b came back within its will's delay unless the machine was too slow to reconnect it
+	if (back < 900) eq(msgs(w), ['wd/a gone'], 'no will for the client that came back');
+	else console.log(`wd-b took ${back} ms to come back: its will may be due, not checked`);
 });
 
 // A will's message expiry counts from its publication, not from the CONNECT that carried it.
