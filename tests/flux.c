@@ -9,6 +9,7 @@
  *     tests/flux/bad/NAME.err exists, stderr must be exactly that (source lines and carets
  *     included), with the file called NAME.flux;
  *   - past 20 errors the compiler stops, and says so;
+ *   - docs/flows.md's example of what a node declaration generates is what it generates;
  *   - robustness: every prefix of features.flux, and garbage, compiles or fails cleanly.
  * Set FLUX_UPDATE_GOLDEN=1 to rewrite the golden files (then review the diff).
  */
@@ -333,6 +334,51 @@ TEST(error_limit)
 	unlink(src);
 	rmdir(in);
 	rmdir(out);
+}
+
+/* docs/flows.md shows what `node N (...)` generates: the node's line from its example, with
+ * the guard it uses, must compile to a header that holds the C block after it verbatim. */
+TEST(docs_node_example)
+{
+	find_dir();
+	char path[1200];
+	snprintf(path, sizeof path, "%s/../../docs/flows.md", dir);
+	char *doc = slurp(path);
+	CHECK(doc);
+	char *decl = strstr(doc, "```\nnode N (");
+	CHECK(decl);
+	decl += 4;
+	char *code = strstr(decl, "```c\n");
+	CHECK(code);
+	code += 5;
+	char *end = strstr(code, "```");
+	CHECK(end && strchr(decl, '\n'));
+	*end = 0;
+	*strchr(decl, '\n') = 0;
+	char tmp[] = "/tmp/weft-flux-XXXXXX";
+	CHECK(mkdtemp(tmp));
+	char src[100], err[4096];
+	snprintf(src, sizeof src, "%s/doc.flux", tmp);
+	FILE *f = fopen(src, "w");
+	CHECK(f);
+	fprintf(f, "exclusive G (int k) => T *;\n%s\n", decl);
+	fclose(f);
+	char *args[] = { "-o", tmp, src };
+	int r = compile(args, 3, err, sizeof err);
+	fputs(err, stderr);
+	CHECK_EQ(r, 0);
+	snprintf(path, sizeof path, "%s/doc_flow.h", tmp);
+	char *h = slurp(path);
+	CHECK(h);
+	if (!strstr(h, code)) {
+		fprintf(stderr, "docs/flows.md shows:\n%s\nweft-flux generates:\n%s", code, h);
+		CHECK(0);
+	}
+	free(h);
+	free(doc);
+	char cmd[200];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+	CHECK_EQ(system(cmd), 0);
 }
 
 /* Every prefix of a valid file, and random bytes, give exit 0 or a clean error: no crash. */
