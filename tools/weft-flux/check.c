@@ -435,7 +435,8 @@ static void place(struct program *p, int n, int link, int *next, int nnext, int 
 		bool same = nd->link == link &&
 			    (link == 2 ? nd->alias == alias
 				       : nd->nnext == nnext &&
-						 !memcmp(nd->next, next, sizeof(int) * (size_t)nnext));
+						 (!nnext || /* no successors: both lists NULL */
+						  !memcmp(nd->next, next, sizeof(int) * (size_t)nnext)));
 		if (!same) {
 			flux_error(loc, "node '%s' is placed twice in the flow with different "
 					"successors (first at %d:%d)", nd->name, nd->link_loc.line,
