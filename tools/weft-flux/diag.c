@@ -1,18 +1,19 @@
 /*
  * diag.c - the compiler's errors, printed as C compilers print theirs:
  *
- *   flow.flux:4:8: error: unknown declaration 'sorce'; did you mean 'source'?
+ *   flow.flux:4:1: error: unknown declaration 'sorce'; did you mean 'source'?
  *   sorce S -> A;
  *   ^~~~~
  *
- * then the source line (as it is, tabs kept, so that the caret lines up under the same tabs)
- * and a caret at the column, with ~ under the rest of the token. A location in a file that
- * was not registered with diag_source (none is, today) is printed without the line.
+ * the message, then the source line (as it is, tabs kept, so that the caret lines up under
+ * the same tabs) and a caret at the column, with ~ under the rest of the token. A location in
+ * a file that was not registered with diag_source (one that could not be read) is printed
+ * without a line.
  *
  * Reporting an error does not stop the compile: the passes go on and the compile fails at
- * the end if any error was reported. It stops early only after MAX_ERRORS errors, or through
- * flux_fail for an error nothing can follow; both jump to the jmp_buf given to diag_begin.
- * The counts are per compile (diag_begin resets them); the memory is the compile's arena.
+ * the end if any error was reported. It stops early only after MAX_ERRORS errors, by a
+ * longjmp to the jmp_buf given to diag_begin. The counts are per compile (diag_begin resets
+ * them); the memory is the compile's arena.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -107,15 +108,6 @@ void flux_error(const struct loc *loc, const char *fmt, ...)
 	va_start(ap, fmt);
 	flux_verror(loc, fmt, ap);
 	va_end(ap);
-}
-
-void flux_fail(const struct loc *loc, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	flux_verror(loc, fmt, ap);
-	va_end(ap);
-	longjmp(*stop, 1);
 }
 
 /* Optimal string alignment distance, ignoring case: insertions, deletions, substitutions and

@@ -186,7 +186,7 @@ int node_find(const struct program *p, const char *name);
 
 /* ---- diagnostics (diag.c) ----------------------------------------------------------------- */
 
-/* Start a compile: no errors yet, no sources; flux_fail and the error limit jump to stop. */
+/* Start a compile: no errors yet, no sources; past the error limit, longjmp to stop. */
 void diag_begin(jmp_buf *stop);
 /* The text of a file, so that an error in it can quote its line. */
 void diag_source(const char *file, const char *src);
@@ -195,9 +195,6 @@ int diag_errors(void);
 __attribute__((format(printf, 2, 3))) void flux_error(const struct loc *loc, const char *fmt,
 						      ...);
 void flux_verror(const struct loc *loc, const char *fmt, va_list ap);
-/* Report an error at loc and stop the compile. */
-__attribute__((noreturn, format(printf, 2, 3))) void flux_fail(const struct loc *loc,
-							       const char *fmt, ...);
 /* The candidate closest to word, if it is close enough to be a misspelling of it; else NULL. */
 const char *flux_suggest(const char *word, const char *const *cands, int n);
 /* "; did you mean 'x'?" for flux_suggest's answer, or "". */
