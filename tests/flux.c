@@ -3,8 +3,13 @@
  * binary; each compile runs in a forked child, so that a crash is caught as a failure):
  *   - golden outputs: tests/flux/features.flux (every language feature) must compile to
  *     exactly tests/flux/features_flow.[ch].golden;
- *   - bad input: each tests/flux/bad/NAME.flux starts with `// expect: LINE:COL: message`
- *     and must fail with exit 1 and `FILE:LINE:COL: error: message` on stderr;
+ *   - bad input: each tests/flux/bad/NAME.flux starts with one `// expect: LINE:COL: message`
+ *     line per error it has, and must fail with exit 1, each `FILE:LINE:COL: error: message`
+ *     on stderr and no other error (one mistake, one error), writing no file; where
+ *     tests/flux/bad/NAME.err exists, stderr must be exactly that (source lines and carets
+ *     included), with the file called NAME.flux;
+ *   - past 20 errors the compiler stops, and says so;
+ *   - docs/flows.md's example of what a node declaration generates is what it generates;
  *   - robustness: every prefix of features.flux, and garbage, compiles or fails cleanly.
  * Set FLUX_UPDATE_GOLDEN=1 to rewrite the golden files (then review the diff).
  */
@@ -56,8 +61,13 @@ static int compile(char **args, int nargs, char *err, size_t cap)
 	close(fds[1]);
 	size_t n = 0;
 	ssize_t r;
-	while ((r = read(fds[0], err + n, cap - 1 - n)) > 0 && n < cap - 1)
-		n += (size_t)r;
+	char rest[4096];
+	/* read to the end, keeping what fits: a child left writing to a full pipe would die of
+	 * SIGPIPE */
+	while ((r = n < cap - 1 ? read(fds[0], err + n, cap - 1 - n)
+				: read(fds[0], rest, sizeof rest)) > 0)
+		if (n < cap - 1)
+			n += (size_t)r;
 	err[n] = 0;
 	close(fds[0]);
 	int st;
@@ -159,39 +169,107 @@ TEST(flow_name_option)
 	rmdir(tmp);
 }
 
-/* Compile tests/flux/bad/NAME.flux and check the error against its `// expect:` line. */
-static void bad(const char *name)
+/* The lines of err that report an error in file. */
+static int errors_in(const char *err, const char *file)
 {
-	find_dir();
-	char src[1200], err[4096], want[1500];
-	snprintf(src, sizeof src, "%s/bad/%s.flux", dir, name);
-	char *text = slurp(src);
-	CHECK(text && !strncmp(text, "// expect: ", 11));
-	char *nl = strchr(text, '\n');
-	CHECK(nl);
-	*nl = 0;
-	char *colon = strchr(text + 11, ':'); /* LINE:COL: message */
-	CHECK(colon);
-	colon = strchr(colon + 1, ':');
-	CHECK(colon);
-	*colon = 0;
-	snprintf(want, sizeof want, "%s:%s: error:%s", src, text + 11, colon + 1);
-	char tmp[] = "/tmp/weft-flux-XXXXXX";
-	CHECK(mkdtemp(tmp));
-	char *args[] = { "-o", tmp, src };
-	int r = compile(args, 3, err, sizeof err);
-	if (r != 1 || !strstr(err, want)) {
-		fprintf(stderr, "exit %d, stderr:\n%s\nwanted: %s\n", r, err, want);
-		CHECK(0);
+	int n = 0;
+	size_t len = strlen(file);
+	for (const char *l = err; *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l)) {
+		const char *nl = strchr(l, '\n');
+		const char *e = strstr(l, ": error: ");
+		n += !strncmp(l, file, len) && l[len] == ':' && e && (!nl || e < nl);
 	}
-	/* nothing written on failure */
-	DIR *d = opendir(tmp);
+	return n;
+}
+
+/* s with every `from` replaced by `to` (malloc'd). */
+static char *replace_all(const char *s, const char *from, const char *to)
+{
+	size_t lf = strlen(from), lt = strlen(to), n = 0;
+	char *out = malloc(strlen(s) * (lt > lf ? lt / lf + 2 : 1) + 1);
+	CHECK(out);
+	for (const char *q; (q = strstr(s, from)); s = q + lf) {
+		memcpy(out + n, s, (size_t)(q - s));
+		n += (size_t)(q - s);
+		memcpy(out + n, to, lt);
+		n += lt;
+	}
+	strcpy(out + n, s);
+	return out;
+}
+
+/* No file in dir (the output directory of a failed compile). */
+static void empty_dir(const char *path)
+{
+	DIR *d = opendir(path);
 	CHECK(d);
 	int files = 0;
 	for (struct dirent *e; (e = readdir(d));)
 		files += e->d_name[0] != '.';
 	closedir(d);
 	CHECK_EQ(files, 0);
+}
+
+/* Compile tests/flux/bad/NAME.flux and check its errors against its `// expect:` lines. */
+static void bad(const char *name)
+{
+	find_dir();
+	static char err[1 << 16];
+	char src[1200], want[1500];
+	snprintf(src, sizeof src, "%s/bad/%s.flux", dir, name);
+	char *text = slurp(src);
+	CHECK(text && !strncmp(text, "// expect: ", 11));
+	char tmp[] = "/tmp/weft-flux-XXXXXX";
+	CHECK(mkdtemp(tmp));
+	char *args[] = { "-o", tmp, src };
+	int r = compile(args, 3, err, sizeof err);
+	bool ok = r == 1;
+	int expected = 0;
+	for (char *line = text; !strncmp(line, "// expect: ", 11); expected++) {
+		char *nl = strchr(line, '\n');
+		CHECK(nl);
+		*nl = 0;
+		char *colon = strchr(line + 11, ':'); /* LINE:COL: message */
+		CHECK(colon);
+		colon = strchr(colon + 1, ':');
+		CHECK(colon);
+		*colon = 0;
+		snprintf(want, sizeof want, "%s:%s: error:%s", src, line + 11, colon + 1);
+		if (!strstr(err, want)) {
+			fprintf(stderr, "wanted: %s\n", want);
+			ok = false;
+		}
+		line = nl + 1;
+	}
+	int got = errors_in(err, src);
+	if (got != expected) { /* a cascade, or an error not expected */
+		fprintf(stderr, "%d errors, %d expected\n", got, expected);
+		ok = false;
+	}
+	if (!ok) {
+		fprintf(stderr, "exit %d, stderr:\n%s\n", r, err);
+		CHECK(0);
+	}
+	/* the whole of it, where bad/NAME.err has it */
+	char golden[1300], base[300];
+	snprintf(golden, sizeof golden, "%s/bad/%s.err", dir, name);
+	snprintf(base, sizeof base, "%s.flux", name);
+	if (access(golden, R_OK) == 0) {
+		char *all = replace_all(err, src, base), *g = slurp(golden);
+		CHECK(g);
+		if (getenv("FLUX_UPDATE_GOLDEN")) {
+			FILE *f = fopen(golden, "w");
+			CHECK(f);
+			fputs(all, f);
+			fclose(f);
+		} else if (strcmp(all, g)) {
+			fprintf(stderr, "stderr differs from %s:\n%s\n", golden, all);
+			CHECK(0);
+		}
+		free(all);
+		free(g);
+	}
+	empty_dir(tmp); /* nothing written on failure */
 	rmdir(tmp);
 	free(text);
 }
@@ -226,6 +304,82 @@ BAD(include_unterminated)
 BAD(reserved_name)
 BAD(c_name_clash)
 BAD(mixed_operators)
+BAD(several_syntax)
+BAD(several_semantic)
+BAD(syntax_then_semantic)
+BAD(misspelt_keywords)
+BAD(lexer_errors)
+BAD(cycle_in_chain)
+BAD(cycle_in_rule)
+BAD(cycle_through_rules)
+
+/* Past 20 errors the compiler stops, says so, and writes nothing. */
+TEST(error_limit)
+{
+	static char err[1 << 16];
+	char in[] = "/tmp/weft-flux-XXXXXX", out[] = "/tmp/weft-flux-XXXXXX", src[100];
+	CHECK(mkdtemp(in) && mkdtemp(out));
+	snprintf(src, sizeof src, "%s/many.flux", in);
+	FILE *f = fopen(src, "w");
+	CHECK(f);
+	for (int i = 0; i < 30; i++) /* each without its ';': 30 errors */
+		fprintf(f, "node N%d () => ()\n", i);
+	fclose(f);
+	char *args[] = { "-o", out, src };
+	CHECK_EQ(compile(args, 3, err, sizeof err), 1);
+	CHECK_EQ(errors_in(err, src), 20);
+	CHECK(strstr(err, "many.flux:20:1: error: expected ';' before 'node'\n"));
+	CHECK(strstr(err, "\nweft-flux: too many errors (20), stopping\n"));
+	empty_dir(out);
+	unlink(src);
+	rmdir(in);
+	rmdir(out);
+}
+
+/* docs/flows.md shows what `node N (...)` generates: the node's line from its example, with
+ * the guard it uses, must compile to a header that holds the C block after it verbatim. */
+TEST(docs_node_example)
+{
+	find_dir();
+	char path[1200];
+	snprintf(path, sizeof path, "%s/../../docs/flows.md", dir);
+	char *doc = slurp(path);
+	CHECK(doc);
+	char *decl = strstr(doc, "```\nnode N (");
+	CHECK(decl);
+	decl += 4;
+	char *code = strstr(decl, "```c\n");
+	CHECK(code);
+	code += 5;
+	char *end = strstr(code, "```");
+	CHECK(end && strchr(decl, '\n'));
+	*end = 0;
+	*strchr(decl, '\n') = 0;
+	char tmp[] = "/tmp/weft-flux-XXXXXX";
+	CHECK(mkdtemp(tmp));
+	char src[100], err[4096];
+	snprintf(src, sizeof src, "%s/doc.flux", tmp);
+	FILE *f = fopen(src, "w");
+	CHECK(f);
+	fprintf(f, "exclusive G (int k) => T *;\n%s\n", decl);
+	fclose(f);
+	char *args[] = { "-o", tmp, src };
+	int r = compile(args, 3, err, sizeof err);
+	fputs(err, stderr);
+	CHECK_EQ(r, 0);
+	snprintf(path, sizeof path, "%s/doc_flow.h", tmp);
+	char *h = slurp(path);
+	CHECK(h);
+	if (!strstr(h, code)) {
+		fprintf(stderr, "docs/flows.md shows:\n%s\nweft-flux generates:\n%s", code, h);
+		CHECK(0);
+	}
+	free(h);
+	free(doc);
+	char cmd[200];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+	CHECK_EQ(system(cmd), 0);
+}
 
 /* Every prefix of a valid file, and random bytes, give exit 0 or a clean error: no crash. */
 TEST(never_crashes)

@@ -4,13 +4,19 @@
  * The compiler is four passes over one program: lex.c turns a file into tokens, parse.c
  * builds the tree (following `include other.flux;` into further files), check.c resolves
  * names, checks types and works out the graph (every node's successors), gen.c writes
- * x_flow.h and x_flow.c. The first error stops the compiler: it is printed as
- * `file:line:col: error: message` and flux_fail jumps back to flux_main, which returns 1.
- * Nothing is freed: the process is short-lived.
+ * x_flow.h and x_flow.c. Errors go through diag.c, which prints each with its source line
+ * and counts them; every pass goes on after an error (the parser from the next statement,
+ * check.c from the next declaration or use), so that one run reports every independent error.
+ * A declaration that did not parse whole is kept, marked `bad`, so that its name resolves and
+ * the checks that need its whole shape skip it instead of reporting what is only a consequence.
+ * Code is generated only when no error was reported. Nothing is freed by the passes: main.c
+ * frees the compile's memory at once.
  */
 #ifndef FLUX_H
 #define FLUX_H
 
+#include <setjmp.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
@@ -18,6 +24,7 @@
 struct loc {
 	const char *file;
 	int line, col;
+	int len;              /* bytes of the token there, for the ~~~ under it; 0 if unknown */
 };
 
 enum tok_kind { T_EOF, T_IDENT, T_NUMBER, T_STRING, T_PUNCT };
@@ -27,6 +34,8 @@ struct token {
 	char *text;   /* identifier, number, string (without quotes) or punctuation */
 	struct loc loc;
 	const char *start; /* where it begins in the source */
+	bool bol;          /* first on its line: where the parser looks for a statement */
+	int errors_before; /* the lexer's count of errors before it read this token */
 };
 
 struct lexer {
@@ -34,6 +43,8 @@ struct lexer {
 	int line;
 	const char *line_start;
 	struct token cur;
+	int errors;        /* errors the lexer reported (the parser's cue not to add its own) */
+	int stray_line;    /* the line of the last stray character */
 };
 
 void lex_init(struct lexer *lx, const char *file, const char *src);
@@ -69,6 +80,7 @@ struct params {
 struct node {
 	struct loc loc;
 	char *name;
+	bool bad;             /* did not parse whole: its shape is not known */
 	bool detached, abstract, source, initial;
 	struct params in, out;
 	int nfields;          /* inputs that are not guards */
@@ -87,12 +99,14 @@ struct node {
 struct condition {
 	struct loc loc;
 	char *name;
+	bool bad;
 	struct params in;
 };
 
 struct guard {
 	struct loc loc;
 	char *name;
+	bool bad;
 	enum guard_kind kind;
 	struct params keys;
 	char *value_type;
@@ -101,6 +115,7 @@ struct guard {
 
 struct precedence {
 	struct loc loc;
+	bool bad;
 	char **names;
 	struct loc *locs;
 	int n;
@@ -108,6 +123,7 @@ struct precedence {
 
 struct rule {             /* N : [tests] = A -> B;   or  N = A & B; */
 	struct loc loc;
+	bool bad;
 	char *target;
 	char **tests;         /* condition names, "*" for any */
 	struct loc *test_locs;
@@ -121,6 +137,7 @@ struct rule {             /* N : [tests] = A -> B;   or  N = A & B; */
 
 struct start {            /* source S -> A -> B;   initial I; */
 	struct loc loc;
+	bool bad;
 	bool initial;
 	char **chain;         /* chain[0] is the source or initial node */
 	struct loc *locs;
@@ -129,13 +146,15 @@ struct start {            /* source S -> A -> B;   initial I; */
 
 struct handler {
 	struct loc loc;
+	bool bad;
 	char *node, *handler;
 	struct loc node_loc, handler_loc;
 };
 
 struct program {
 	const char *name;       /* flow name: the file name without .flux */
-	const char *main_file;
+	const char *main_file;  /* its base name, for the generated files' comments */
+	const char *main_path;  /* as given, for locations */
 	char **cincludes;       /* include <x.h> / include "x.h" */
 	int ncincludes;
 	char **files;           /* .flux files read, for include-once */
@@ -165,9 +184,24 @@ int gen_program(const struct program *p, const char *dir);
 
 int node_find(const struct program *p, const char *name);
 
-/* Report an error at loc and stop the compiler. */
-__attribute__((noreturn, format(printf, 2, 3))) void flux_fail(const struct loc *loc,
-							       const char *fmt, ...);
+/* ---- diagnostics (diag.c) ----------------------------------------------------------------- */
+
+/* Start a compile: no errors yet, no sources; past the error limit, longjmp to stop. */
+void diag_begin(jmp_buf *stop);
+/* The text of a file, so that an error in it can quote its line. */
+void diag_source(const char *file, const char *src);
+int diag_errors(void);
+/* Report an error at loc (`file:line:col: error: ...`, the line, a caret) and go on. */
+__attribute__((format(printf, 2, 3))) void flux_error(const struct loc *loc, const char *fmt,
+						      ...);
+void flux_verror(const struct loc *loc, const char *fmt, va_list ap);
+/* The candidate closest to word, if it is close enough to be a misspelling of it; else NULL. */
+const char *flux_suggest(const char *word, const char *const *cands, int n);
+/* "; did you mean 'x'?" for flux_suggest's answer, or "". */
+const char *flux_hint(const char *word, const char *const *cands, int n);
+
+/* ---- memory (main.c) ------------------------------------------------------------------------ */
+
 void *xmalloc(size_t n);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);

@@ -5,9 +5,10 @@
  *
  * DIR defaults to the current directory; NAME (the flow's name, x by default: the file name
  * without .flux, other characters than letters and digits made '_') names the files and the
- * flow object NAME_flow. Errors go to stderr as `file:line:col: error: message`, exit 1.
+ * flow object NAME_flow. Errors go to stderr as `file:line:col: error: message`, each followed
+ * by its source line and a caret (diag.c); after any error the exit status is 1 and no file
+ * is written.
  */
-#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -15,20 +16,6 @@
 #include <string.h>
 
 #include "flux.h"
-
-static jmp_buf fail_jmp;
-
-void flux_fail(const struct loc *loc, const char *fmt, ...)
-{
-	va_list ap;
-	fflush(stdout);
-	fprintf(stderr, "%s:%d:%d: error: ", loc->file, loc->line, loc->col);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	longjmp(fail_jmp, 1);
-}
 
 /* Every allocation of one compile hangs on one list, freed when the compile ends: the passes
  * never free anything themselves. */
@@ -115,15 +102,22 @@ static char *flow_name(const char *path)
 static int compile(const char *file, const char *dir, const char *name)
 {
 	static struct program p;
+	static jmp_buf stop;
 	memset(&p, 0, sizeof p);
 	const char *base = strrchr(file, '/');
 	p.main_file = base ? base + 1 : file;
+	p.main_path = file;
 	p.name = name ? flow_name(name) : flow_name(file);
-	if (setjmp(fail_jmp))
+	diag_begin(&stop);
+	if (setjmp(stop))
 		return 1;
 	if (parse_file(&p, file, NULL))
 		return 1;
+	/* check.c runs after syntax errors too: it skips what depends on a declaration that did
+	 * not parse whole (marked bad), and reports what does not */
 	check_program(&p);
+	if (diag_errors())
+		return 1;
 	return gen_program(&p, dir) ? 1 : 0;
 }
 
