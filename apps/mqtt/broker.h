@@ -69,6 +69,8 @@ typedef struct broker_conf {
 	int allow_plain_passwords;    /* accept clear-text user:password lines in password_file */
 	int metrics_port;             /* metrics_listener: Prometheus /metrics over HTTP; 0: off */
 	char metrics_host[64];        /* its bind address; "": 127.0.0.1 */
+	int detach_delay_ms;          /* WEFT_MQTT_DETACH_DELAY_MS, for a test only: a session
+				       * its connection let go of waits this long before it ends */
 } broker_conf;
 
 extern broker_conf conf;

@@ -27,6 +27,10 @@ void conf_defaults(broker_conf *c)
 	c->allow_anonymous = -1;
 	c->sys_interval = 10;
 	c->qos0_queue_bytes = 1 << 20;
+	/* widens the window between a connection letting go of its session and the session's
+	 * end, for the test of a takeover that meets it (apps/mqtt/tests/broker.c) */
+	const char *d = getenv("WEFT_MQTT_DETACH_DELAY_MS");
+	c->detach_delay_ms = d ? atoi(d) : 0;
 }
 
 static int number(const char *file, int line, const char *opt, const char *v, long lo, long hi,

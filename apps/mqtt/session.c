@@ -396,15 +396,25 @@ void session_restore_will(session *s, msg *will, uint32_t delay, uint32_t expiry
 	}
 }
 
+/* A session that ends with its connection leaves the table in the same step, under the
+ * table's lock, as the connection lets go of it. Rejected: letting go under the session's
+ * lock and taking it out of the table after. In between, the session was listed and
+ * unattached, so a CONNECT without clean start (a client back at once, or taking over) took
+ * it as present and resumed it - and then it ended under that connection: dead, nothing
+ * delivered to it, and what it subscribed to afterwards stayed in the tree after it was
+ * freed. A client that closes its socket and connects again at once meets that window. */
 void session_detach(conn *c, bool publish_will_now)
 {
 	session *s = c->s;
 	msg *will = NULL;
-	bool end = false;
+	bool end = false, mine = false;
 	int64_t now = weft_now();
-	WEFT_WITH_LOCK(&s->lock) {
+	/* conn_end marked c closing under this lock, so no writer starts once this one is done:
+	 * the wait is over before the table's lock is taken, not under it */
+	WEFT_WITH_LOCK(&s->lock)
 		while (s->writing)
 			weft_cond_wait(&s->idle, &s->lock);
+	WEFT_WITH_LOCK(&tlock) WEFT_WITH_LOCK(&s->lock) {
 		s->conn = NULL;
 		atomic_store(&s->online, 0);
 		pool_free(s->out);
@@ -431,22 +441,17 @@ void session_detach(conn *c, bool publish_will_now)
 		if (!end) {
 			deadline_set(s, session_deadline(s));
 			persist_session(s, false, NULL); /* when it went: its expiry counts from then */
+		} else if (find(s->client_id, s->id_len, s->hash) == s) {
+			unlink_locked(s);
+			mine = true;
 		}
 	}
+	if (conf.detach_delay_ms)
+		weft_sleep_until(weft_now() + (int64_t)conf.detach_delay_ms * 1000000);
 	if (will)
 		publish_will(will);
-	if (end) {
-		bool mine = false;
-		WEFT_WITH_LOCK(&tlock) {
-			session *t = find(s->client_id, s->id_len, s->hash);
-			if (t == s) {
-				unlink_locked(s);
-				mine = true;
-			}
-		}
-		if (mine)
-			session_end(s);
-	}
+	if (mine)
+		session_end(s);
 	c->s = NULL;
 	session_unref(s);
 }
