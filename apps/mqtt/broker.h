@@ -2,8 +2,10 @@
  * broker.h - the parts of weft-mqtt and how they meet (docs/weft-mqtt.md has the picture).
  *
  *   conn.c     one task per client connection: reads, decodes, runs the protocol
- *   session.c  what outlives a connection: subscriptions' owner, outbound queue, inflight
- *              QoS 1/2 messages, will; the session table
+ *   session.c  what outlives a connection (subscriptions' owner, will, who owns it); the
+ *              session table; attach, take-over, detach, expiry
+ *   delivery.c how messages reach a session: output, packet ids, the inflight window, the
+ *              queue, acknowledgements
  *   writer.c   writing a session's output to the socket in batches; the writer task
  *   topic.c    the subscription and retained-message tree, matched without a global lock
  *   retained.c the retained messages a SUBSCRIBE sends: a backlog drained as room frees
