@@ -277,6 +277,7 @@ void topic_send_retained(session *s, const char *filter, uint16_t len, int max_q
 long topic_retained_count(void);
 long topic_sub_count(void);
 long topic_node_count(void); /* nodes in the tree, the root included */
+long topic_bytes(void);      /* bytes its nodes, child tables and subscriber arrays hold */
 void topic_free_all(void);
 
 /* Route m to every matching subscription: one copy per session at the highest matching QoS
