@@ -85,6 +85,9 @@ void *pool_alloc(size_t n);
 void pool_free(void *p);
 size_t pool_size(const void *p);
 void pool_init(void);
+/* Give back memory nothing uses (the reaper calls it): see pool.c. */
+void pool_trim(int64_t now);
+long pool_cached_bytes(void); /* held in the workers' free lists */
 
 /* ---- messages (msg.c) ---------------------------------------------------------------------- */
 

@@ -73,6 +73,7 @@ static void reaper(void *arg)
 			return;
 		sessions_reap(weft_now());
 		ebr_collect(0);
+		pool_trim(weft_now());
 	}
 }
 

@@ -10,8 +10,27 @@
  * 256 KiB per class per worker); beyond the cap, and for larger sizes or callers that are not
  * weft workers, blocks go to malloc and free.
  *
+ * Giving memory back (pool_trim, from the broker's reaper). A list also keeps its low-water
+ * mark: the fewest blocks it held since the last trim. Those blocks sat unused through the
+ * whole interval, so when the reaper moves the trim generation on, each worker frees them at
+ * its next pool call (only the owner touches its lists, so the reaper cannot do it itself):
+ * a list shrinks to what its worker's traffic actually cycles through. A worker that makes no
+ * pool call at all keeps its lists, within the caps. Then malloc_trim: glibc returns the top
+ * of a heap by itself, but free chunks below a live one stay resident until malloc_trim
+ * releases their pages, and after a load that left (thousands of clients, a tree of topics)
+ * that was most of the RSS. It walks every arena's free chunks under the arena's lock, so it
+ * runs only when malloc holds TRIM_SLACK free, and then at once when that free space has grown
+ * by TRIM_SLACK since the last trim, else every TRIM_QUIET (malloc's free space does not say
+ * whether its pages are resident: memory reused and freed again between two looks is). So a
+ * broker whose heap is steady pays a trim every 5 s at most, and one a load has left gets its
+ * memory back within a few seconds. Rejected: a lower
+ * M_TRIM_THRESHOLD (returns only the top of a heap, not what fragmentation holds below it), a
+ * fixed M_MMAP_THRESHOLD (would mmap and unmap a large output buffer on every batch), and
+ * M_ARENA_MAX (the arenas' count was not where the memory was).
+ *
  * A 16-byte header before each block says its class, so pool_free needs no size.
  */
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,14 +46,21 @@ typedef struct blk {
 	struct blk *next;
 } blk;
 
+#define TRIM_EVERY 1000000000LL   /* ns: the reaper looks this often */
+#define TRIM_QUIET 5000000000LL   /* ns: and trims at least this often while malloc holds... */
+#define TRIM_SLACK ((size_t)4 << 20) /* ... this much free (bytes) */
+
 typedef struct wcache {
 	blk *head[NCLASS];
 	uint32_t count[NCLASS];
+	uint32_t low[NCLASS];      /* the least count[] since the last trim */
+	unsigned gen;              /* the trim generation this cache last trimmed at */
 	char pad[64];
 } wcache;
 
 static wcache *caches;
 static int ncaches;
+static _Atomic unsigned trim_gen;
 
 void pool_init(void)
 {
@@ -53,10 +79,31 @@ static int class_of(size_t n)
 	return -1;
 }
 
+/* Free the blocks each list kept unused since the last trim. */
+static void cache_trim(wcache *w, unsigned gen)
+{
+	for (int c = 0; c < NCLASS; c++) {
+		for (; w->low[c]; w->low[c]--) {
+			blk *b = w->head[c];
+			w->head[c] = b->next;
+			w->count[c]--;
+			free(b);
+		}
+		w->low[c] = w->count[c];
+	}
+	w->gen = gen;
+}
+
 static wcache *mine(void)
 {
-	int w = weft_worker_id();
-	return w >= 0 && w < ncaches && caches ? &caches[w] : NULL;
+	int i = weft_worker_id();
+	wcache *w = i >= 0 && i < ncaches && caches ? &caches[i] : NULL;
+	if (w) {
+		unsigned gen = atomic_load_explicit(&trim_gen, memory_order_relaxed);
+		if (w->gen != gen)
+			cache_trim(w, gen);
+	}
+	return w;
 }
 
 void *pool_alloc(size_t n)
@@ -75,7 +122,8 @@ void *pool_alloc(size_t n)
 	if (w && w->head[c]) {
 		blk *b = w->head[c];
 		w->head[c] = b->next;
-		w->count[c]--;
+		if (--w->count[c] < w->low[c])
+			w->low[c] = w->count[c];
 		p = (uint8_t *)b;
 	} else {
 		p = malloc((size_t)1 << (c + MIN_SHIFT));
@@ -112,6 +160,35 @@ void pool_free(void *q)
 		return;
 	}
 	free(p);
+}
+
+long pool_cached_bytes(void)
+{
+	long n = 0;
+	for (int i = 0; i < ncaches; i++) /* racy reads of other workers' counts: a gauge */
+		for (int c = 0; c < NCLASS; c++)
+			n += (long)__atomic_load_n(&caches[i].count[c], __ATOMIC_RELAXED)
+			     << (c + MIN_SHIFT);
+	return n;
+}
+
+void pool_trim(int64_t now)
+{
+	static int64_t next, last;
+	static size_t kept; /* the free space malloc held after the last trim */
+	if (now < next)
+		return;
+	next = now + TRIM_EVERY;
+	atomic_fetch_add_explicit(&trim_gen, 1, memory_order_relaxed);
+	struct mallinfo2 mi = mallinfo2();
+	if (mi.fordblks < kept) /* reused since: what is freed again is resident again */
+		kept = mi.fordblks;
+	if (mi.fordblks < TRIM_SLACK ||
+	    (mi.fordblks < kept + TRIM_SLACK && now - last < TRIM_QUIET))
+		return;
+	malloc_trim(0);
+	last = now;
+	kept = mallinfo2().fordblks;
 }
 
 /* Release every cached block (at exit, so that leak checkers see a clean heap). */
