@@ -180,6 +180,7 @@ void pool_trim(int64_t now)
 		return;
 	next = now + TRIM_EVERY;
 	atomic_fetch_add_explicit(&trim_gen, 1, memory_order_relaxed);
+	mine(); /* this worker's lists now: another's at its next pool call */
 	struct mallinfo2 mi = mallinfo2();
 	if (mi.fordblks < kept) /* reused since: what is freed again is resident again */
 		kept = mi.fordblks;
