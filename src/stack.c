@@ -226,12 +226,13 @@ static struct stack *get_odd(size_t size)
 	return s;
 }
 
-/* Write the record of a purged slot anew: the pages read as zeros since. */
+/* Write the record of a purged slot anew: the pages read as zeros since. Its size stays 0
+ * (free, for stack_each_live and a stale weft_join) until stack_get hands it out. */
 static void unpurge(struct stack *s, bool guarded)
 {
 	char *map = (char *)s + g.record - g.slot;
-	*s = (struct stack){ .lo = map + g.page, .size = (size_t)((char *)s - map) - g.page,
-			     .map = map, .map_size = g.slot, .guarded = guarded, .pooled = true };
+	*s = (struct stack){ .lo = map + g.page, .size = 0, .map = map, .map_size = g.slot,
+			     .guarded = guarded, .pooled = true };
 }
 
 /* Refill an empty cache: a magazine from the depot, else single slots, else a new slot. The
