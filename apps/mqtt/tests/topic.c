@@ -537,3 +537,117 @@ TEST(wide_level_shrinks_when_its_topics_go)
 {
 	RUN(wide_main);
 }
+
+/* Publishers on every worker while 64 sessions join and leave one filter and one shared group,
+ * and 4 that stay have their subscriptions replaced (QoS 1, 2, 1, ...): the subscriber array
+ * grows, is compacted and has entries replaced under the readers, and each subscriber that
+ * stays still gets every message exactly once (its entry never missed, never seen twice), and
+ * each message to the group goes to exactly one member. */
+enum { STAY = 4, COME_GO = 64 };
+static atomic_int stop_crowd;
+static session *stay[STAY], *come_go[COME_GO];
+
+static void crowd_churn(void *arg)
+{
+	(void)arg;
+	for (int i = 0; !atomic_load(&stop_crowd); i++) {
+		for (int k = 0; k < COME_GO; k++) {
+			sub(come_go[k], "a/x", 1, 0);
+			sub(come_go[k], "$share/g/g/x", 1, 0);
+		}
+		for (int k = 0; k < STAY; k++)
+			CHECK_EQ(sub(stay[k], "a/x", 1 + (i & 1), 0), 1);
+		for (int k = 0; k < COME_GO; k++) {
+			topic_unsubscribe(come_go[k], "a/x", 3);
+			topic_unsubscribe(come_go[k], "$share/g/g/x", 12);
+		}
+		if (i % 4 == 0)
+			ebr_collect(0);
+		weft_yield();
+	}
+}
+
+static void crowd_publisher(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < (SLOW ? 300 : 3000); i++) {
+		pub("a/x", 2, 0, "p", NULL);
+		pub("g/x", 2, 0, "p", NULL);
+		if (i % 16 == 0)
+			weft_yield();
+	}
+}
+
+/* Deliveries of topic t queued for s (popped and dropped). */
+static int take(session *s, const char *t)
+{
+	int n = 0;
+	dlv *keep = NULL;
+	while (s->queue) {
+		dlv *d = pop(s);
+		if (!strcmp(d->m->topic, t)) {
+			n++;
+			drop(d);
+		} else {
+			d->next = keep;
+			keep = d;
+		}
+	}
+	while (keep) { /* back in the queue, for the next take */
+		dlv *d = keep;
+		keep = d->next;
+		d->next = s->queue;
+		s->queue = d;
+		if (!s->queue_tail)
+			s->queue_tail = d;
+		s->nqueued++;
+	}
+	return n;
+}
+
+static int crowd_main(void *arg)
+{
+	(void)arg;
+	setup();
+	conf.max_queued_messages = 1 << 30;
+	for (int k = 0; k < STAY; k++) {
+		stay[k] = mk();
+		CHECK_EQ(sub(stay[k], "a/x", 1, 0), 0);
+		CHECK_EQ(sub(stay[k], "$share/g/g/x", 1, 0), 0);
+	}
+	for (int k = 0; k < COME_GO; k++)
+		come_go[k] = mk();
+	weft_task *ch = weft_spawn(crowd_churn, NULL);
+	weft_task *p[4];
+	for (int i = 0; i < 4; i++)
+		p[i] = weft_spawn(crowd_publisher, NULL);
+	for (int i = 0; i < 4; i++)
+		weft_join(p[i]);
+	atomic_store(&stop_crowd, 1);
+	weft_join(ch);
+	int each = 4 * (SLOW ? 300 : 3000), group = 0;
+	for (int k = 0; k < STAY; k++) {
+		CHECK_EQ(take(stay[k], "a/x"), each);
+		group += take(stay[k], "g/x");
+	}
+	for (int k = 0; k < COME_GO; k++) {
+		take(come_go[k], "a/x");
+		group += take(come_go[k], "g/x");
+	}
+	CHECK_EQ(group, each);
+	const char *f[] = { "a/x", "$share/g/g/x" };
+	for (int k = 0; k < STAY; k++)
+		unsub_all(stay[k], f, 2);
+	CHECK_EQ(topic_sub_count(), 0);
+	teardown();
+	for (int k = 0; k < STAY; k++)
+		free(stay[k]);
+	for (int k = 0; k < COME_GO; k++)
+		free(come_go[k]);
+	return 0;
+}
+
+TEST(subscribers_stay_whole_while_others_come_and_go)
+{
+	RUN(crowd_main);
+}
