@@ -23,10 +23,13 @@
  * by TRIM_SLACK since the last trim, else every TRIM_QUIET (malloc's free space does not say
  * whether its pages are resident: memory reused and freed again between two looks is). So a
  * broker whose heap is steady pays a trim every 5 s at most, and one a load has left gets its
- * memory back within a few seconds. Rejected: a lower
- * M_TRIM_THRESHOLD (returns only the top of a heap, not what fragmentation holds below it), a
- * fixed M_MMAP_THRESHOLD (would mmap and unmap a large output buffer on every batch), and
- * M_ARENA_MAX (the arenas' count was not where the memory was).
+ * memory back within a few seconds. Rejected: a lower M_TRIM_THRESHOLD (returns only the top
+ * of a heap, not what fragmentation holds below it), a fixed M_MMAP_THRESHOLD (would mmap and
+ * unmap a large output buffer on every batch), and M_ARENA_MAX (the arenas' count was not
+ * where the memory was).
+ *
+ * The counts are atomics only so that pool_cached_bytes (a gauge for /metrics) may read
+ * another worker's: the owner loads and stores them relaxed, plain moves, no read-modify-write.
  *
  * A 16-byte header before each block says its class, so pool_free needs no size.
  */
@@ -52,7 +55,7 @@ typedef struct blk {
 
 typedef struct wcache {
 	blk *head[NCLASS];
-	uint32_t count[NCLASS];
+	_Atomic uint32_t count[NCLASS];
 	uint32_t low[NCLASS];      /* the least count[] since the last trim */
 	unsigned gen;              /* the trim generation this cache last trimmed at */
 	char pad[64];
@@ -61,6 +64,16 @@ typedef struct wcache {
 static wcache *caches;
 static int ncaches;
 static _Atomic unsigned trim_gen;
+
+static uint32_t count_of(wcache *w, int c)
+{
+	return atomic_load_explicit(&w->count[c], memory_order_relaxed);
+}
+
+static void count_set(wcache *w, int c, uint32_t n)
+{
+	atomic_store_explicit(&w->count[c], n, memory_order_relaxed);
+}
 
 void pool_init(void)
 {
@@ -86,10 +99,10 @@ static void cache_trim(wcache *w, unsigned gen)
 		for (; w->low[c]; w->low[c]--) {
 			blk *b = w->head[c];
 			w->head[c] = b->next;
-			w->count[c]--;
+			count_set(w, c, count_of(w, c) - 1);
 			free(b);
 		}
-		w->low[c] = w->count[c];
+		w->low[c] = count_of(w, c);
 	}
 	w->gen = gen;
 }
@@ -122,8 +135,10 @@ void *pool_alloc(size_t n)
 	if (w && w->head[c]) {
 		blk *b = w->head[c];
 		w->head[c] = b->next;
-		if (--w->count[c] < w->low[c])
-			w->low[c] = w->count[c];
+		uint32_t n = count_of(w, c) - 1;
+		count_set(w, c, n);
+		if (n < w->low[c])
+			w->low[c] = n;
 		p = (uint8_t *)b;
 	} else {
 		p = malloc((size_t)1 << (c + MIN_SHIFT));
@@ -152,11 +167,11 @@ void pool_free(void *q)
 	uint8_t *p = (uint8_t *)q - HDR;
 	int c = p[0];
 	wcache *w = c == BIG ? NULL : mine();
-	if (w && w->count[c] < (262144u >> (c + MIN_SHIFT)) + 8) {
+	if (w && count_of(w, c) < (262144u >> (c + MIN_SHIFT)) + 8) {
 		blk *b = (blk *)p;
 		b->next = w->head[c];
 		w->head[c] = b;
-		w->count[c]++;
+		count_set(w, c, count_of(w, c) + 1);
 		return;
 	}
 	free(p);
@@ -167,8 +182,7 @@ long pool_cached_bytes(void)
 	long n = 0;
 	for (int i = 0; i < ncaches; i++) /* racy reads of other workers' counts: a gauge */
 		for (int c = 0; c < NCLASS; c++)
-			n += (long)__atomic_load_n(&caches[i].count[c], __ATOMIC_RELAXED)
-			     << (c + MIN_SHIFT);
+			n += (long)count_of(&caches[i], c) << (c + MIN_SHIFT);
 	return n;
 }
 
