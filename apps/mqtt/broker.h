@@ -85,9 +85,12 @@ void *pool_alloc(size_t n);
 void pool_free(void *p);
 size_t pool_size(const void *p);
 void pool_init(void);
+/* malloc as the broker wants it (one arena): before weft_run starts the workers. */
+void pool_malloc_setup(void);
 /* Give back memory nothing uses (the reaper calls it): see pool.c. */
 void pool_trim(int64_t now);
 long pool_cached_bytes(void); /* held in the workers' free lists */
+long mem_resident(void);      /* the process's RSS in bytes (0 if unknown) */
 
 /* ---- messages (msg.c) ---------------------------------------------------------------------- */
 

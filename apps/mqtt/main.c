@@ -199,6 +199,7 @@ int main(int argc, char **argv)
 		perror("weft-mqtt: signalfd");
 		return 1;
 	}
+	pool_malloc_setup();
 	r = weft_run(broker, NULL);
 	return r < 0 ? 1 : r;
 }

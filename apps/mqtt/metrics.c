@@ -29,7 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include "bridge.h"
 #include "broker.h"
@@ -138,16 +137,9 @@ static void broker_metrics(tbuf *b)
 	    (uint64_t)topic_sub_count());
 	/* mallinfo2 walks malloc's free lists under each arena's lock: a scrape is rare */
 	struct mallinfo2 mi = mallinfo2();
-	long rss = 0;
-	FILE *f = fopen("/proc/self/statm", "r");
-	if (f) {
-		if (fscanf(f, "%*s %ld", &rss) != 1)
-			rss = 0;
-		fclose(f);
-	}
 	head(b, "weft_mqtt_memory_bytes", "gauge",
 	     "Memory the broker holds, by part (docs/weft-mqtt.md, Memory).");
-	tprintf(b, "weft_mqtt_memory_bytes{part=\"resident\"} %ld\n", rss * sysconf(_SC_PAGESIZE));
+	tprintf(b, "weft_mqtt_memory_bytes{part=\"resident\"} %ld\n", mem_resident());
 	tprintf(b, "weft_mqtt_memory_bytes{part=\"malloc_in_use\"} %zu\n", mi.uordblks + mi.hblkhd);
 	tprintf(b, "weft_mqtt_memory_bytes{part=\"malloc_free\"} %zu\n", mi.fordblks);
 	tprintf(b, "weft_mqtt_memory_bytes{part=\"pool_free_lists\"} %ld\n", pool_cached_bytes());

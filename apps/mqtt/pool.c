@@ -18,15 +18,29 @@
  * pool call at all keeps its lists, within the caps. Then malloc_trim: glibc returns the top
  * of a heap by itself, but free chunks below a live one stay resident until malloc_trim
  * releases their pages, and after a load that left (thousands of clients, a tree of topics)
- * that was most of the RSS. It walks every arena's free chunks under the arena's lock, so it
- * runs only when malloc holds TRIM_SLACK free, and then at once when that free space has grown
- * by TRIM_SLACK since the last trim, else every TRIM_QUIET (malloc's free space does not say
- * whether its pages are resident: memory reused and freed again between two looks is). So a
- * broker whose heap is steady pays a trim every 5 s at most, and one a load has left gets its
- * memory back within a few seconds. Rejected: a lower M_TRIM_THRESHOLD (returns only the top
- * of a heap, not what fragmentation holds below it), a fixed M_MMAP_THRESHOLD (would mmap and
- * unmap a large output buffer on every batch), and M_ARENA_MAX (the arenas' count was not
- * where the memory was).
+ * that was most of the RSS. But a trim walks every arena's free chunks under the arena's
+ * lock, and each page-sized run in them costs an madvise, whether its pages were given back
+ * already or not: with 20-40 MB free after the test's loads one took 1.4 to 27 ms, during
+ * which a worker that calls malloc waits. So the broker trims when a load has left, not
+ * while one runs: only when malloc holds TRIM_SLACK free, and while the broker is quiet
+ * (fewer than TRIM_BUSY packets in the last second; busy, memory freed is soon used again)
+ * at once when TRIM_SLACK has been freed since the last trim, else every TRIM_AGAIN, doubled
+ * after each trim that gave back less than 1 MB, up to TRIM_MAX. "Freed" is what malloc had
+ * in use at its peak since the last trim (sampled each second) less what it has now, or the
+ * growth of its free space, whichever is more; its free space alone does not say whether
+ * the pages are resident (after a trim most are not; memory reused and freed again is).
+ * A broker that is never quiet still trims once 64 MB have been freed.
+ *
+ * One malloc arena (pool_malloc_setup, M_ARENA_MAX 1, before the workers start): malloc_trim
+ * gives back the free chunks of every arena, but the top chunk of the main arena only. Each
+ * worker thread had an arena of its own, and its top chunk kept what the load had last freed
+ * there (8.8 MB in the memory test, one run in three) until a large enough free happened to
+ * trim it. The publish path allocates from the pools, and small blocks come from glibc's
+ * per-thread cache without the arena's lock; with one arena the broker's CPU per message and
+ * per connection measured the same or lower (docs/weft-mqtt.md, Memory). Rejected: a lower
+ * M_TRIM_THRESHOLD (trims a top chunk only when a free reaches it, and fixes the mmap
+ * threshold too), a fixed M_MMAP_THRESHOLD (would mmap and unmap a large output buffer on
+ * every batch).
  *
  * The counts are atomics only so that pool_cached_bytes (a gauge for /metrics) may read
  * another worker's: the owner loads and stores them relaxed, plain moves, no read-modify-write.
@@ -37,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "broker.h"
 
@@ -49,9 +64,11 @@ typedef struct blk {
 	struct blk *next;
 } blk;
 
-#define TRIM_EVERY 1000000000LL   /* ns: the reaper looks this often */
-#define TRIM_QUIET 5000000000LL   /* ns: and trims at least this often while malloc holds... */
-#define TRIM_SLACK ((size_t)4 << 20) /* ... this much free (bytes) */
+#define TRIM_EVERY 1000000000LL        /* ns: the reaper looks this often */
+#define TRIM_AGAIN 5000000000LL        /* ns: trims at least this far apart... */
+#define TRIM_MAX (600 * 1000000000LL)  /* ns: ... and at most this far apart */
+#define TRIM_SLACK ((size_t)4 << 20)   /* bytes free in malloc worth a trim */
+#define TRIM_BUSY 1000                 /* packets received in a second: a busy broker */
 
 typedef struct wcache {
 	blk *head[NCLASS];
@@ -73,6 +90,11 @@ static uint32_t count_of(wcache *w, int c)
 static void count_set(wcache *w, int c, uint32_t n)
 {
 	atomic_store_explicit(&w->count[c], n, memory_order_relaxed);
+}
+
+void pool_malloc_setup(void)
+{
+	mallopt(M_ARENA_MAX, 1);
 }
 
 void pool_init(void)
@@ -186,24 +208,49 @@ long pool_cached_bytes(void)
 	return n;
 }
 
+long mem_resident(void)
+{
+	long pages = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+	if (f) {
+		if (fscanf(f, "%*s %ld", &pages) != 1)
+			pages = 0;
+		fclose(f);
+	}
+	return pages * sysconf(_SC_PAGESIZE);
+}
+
 void pool_trim(int64_t now)
 {
-	static int64_t next, last;
-	static size_t kept; /* the free space malloc held after the last trim */
+	static int64_t next, due, interval = TRIM_AGAIN;
+	static size_t kept, peak; /* malloc's free space after the last trim; its use since */
+	static uint64_t packets;
 	if (now < next)
 		return;
 	next = now + TRIM_EVERY;
 	atomic_fetch_add_explicit(&trim_gen, 1, memory_order_relaxed);
 	mine(); /* this worker's lists now: another's at its next pool call */
+	uint64_t p = stats_sum(ST_MSG_RECV);
+	bool busy = p - packets > TRIM_BUSY;
+	packets = p;
 	struct mallinfo2 mi = mallinfo2();
+	size_t used = mi.uordblks + mi.hblkhd;
+	if (used > peak)
+		peak = used;
 	if (mi.fordblks < kept) /* reused since: what is freed again is resident again */
 		kept = mi.fordblks;
+	size_t freed = peak - used > mi.fordblks - kept ? peak - used : mi.fordblks - kept;
 	if (mi.fordblks < TRIM_SLACK ||
-	    (mi.fordblks < kept + TRIM_SLACK && now - last < TRIM_QUIET))
+	    (busy ? freed < 16 * TRIM_SLACK : freed < TRIM_SLACK && now < due))
 		return;
+	long before = mem_resident();
 	malloc_trim(0);
-	last = now;
-	kept = mallinfo2().fordblks;
+	bool gave = before - mem_resident() >= 1L << 20;
+	interval = gave ? TRIM_AGAIN : interval * 2 < TRIM_MAX ? interval * 2 : TRIM_MAX;
+	due = now + interval;
+	mi = mallinfo2();
+	kept = mi.fordblks;
+	peak = mi.uordblks + mi.hblkhd;
 }
 
 /* Release every cached block (at exit, so that leak checkers see a clean heap). */
