@@ -91,6 +91,12 @@ void *pool_alloc(size_t n);
 void pool_free(void *p);
 size_t pool_size(const void *p);
 void pool_init(void);
+/* malloc as the broker wants it (one arena): before weft_run starts the workers. */
+void pool_malloc_setup(void);
+/* Give back memory nothing uses (the reaper calls it): see pool.c. */
+void pool_trim(int64_t now);
+long pool_cached_bytes(void); /* held in the workers' free lists */
+long mem_resident(void);      /* the process's RSS in bytes (0 if unknown) */
 
 /* ---- messages (msg.c) ---------------------------------------------------------------------- */
 
@@ -313,6 +319,7 @@ uint32_t topic_hash(const char *s, size_t n);
 long topic_retained_count(void);
 long topic_sub_count(void);
 long topic_node_count(void); /* nodes in the tree, the root included */
+long topic_bytes(void);      /* bytes its nodes, child tables and subscriber arrays hold */
 void topic_free_all(void);
 
 /* Route m to every matching subscription: one copy per session at the highest matching QoS

@@ -742,11 +742,15 @@ static void flush_dirty(conn *c)
 		session_flush(v[i]);
 	c->dirty.n = 0;
 	c->batch++;
-	if (c->dirty.cap > 1024) { /* after a burst, give the memory back */
-		free(c->dirty.v);
-		c->dirty.v = NULL;
-		c->dirty.cap = 0;
-	}
+	/* After a burst (a publish to thousands of subscribers: 24 bytes of match per hit), give
+	 * the scratch back rather than keep it for the connection's life. Nothing in it is live
+	 * at the end of a batch (the acks were released, the matches delivered). */
+	route_buf *scratch[] = { &c->match, &c->front, &c->front2, &c->dirty, &c->acks };
+	for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++)
+		if (scratch[i]->cap > 1024) {
+			free(scratch[i]->v);
+			*scratch[i] = (route_buf){ 0 };
+		}
 }
 
 typedef struct rd {

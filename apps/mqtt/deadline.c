@@ -8,7 +8,8 @@
  * broker with nothing to do. Now each session with a deadline sits in a binary min-heap,
  * which knows the session's place (s->dl_pos), so that a reconnect, which cancels the
  * deadline, takes it out in O(log n), and the heap never holds more than one entry per
- * session. The reaper takes out only the sessions whose time has come.
+ * session. The reaper takes out only the sessions whose time has come. The heap's array halves
+ * when it is under a quarter full, so a crowd of offline sessions that went does not keep it.
  *
  * Lock order: the table lock, then a session's lock, then dlock, which is held for heap
  * operations only.
@@ -59,6 +60,13 @@ static void heap_remove(session *s)
 	uint32_t i = s->dl_pos - 1;
 	s->dl_pos = 0;
 	session *last = H.a[--H.n];
+	if (H.cap > 1024 && H.n < H.cap / 4) { /* 100,000 sessions came and went: shrink */
+		session **a = realloc(H.a, H.cap / 2 * sizeof *a);
+		if (a) {
+			H.a = a;
+			H.cap /= 2;
+		}
+	}
 	if (last == s)
 		return;
 	if (i > 0 && H.a[(i - 1) / 2]->dl_at > last->dl_at)

@@ -73,6 +73,7 @@ static void reaper(void *arg)
 			return;
 		sessions_reap(weft_now());
 		ebr_collect(0);
+		pool_trim(weft_now());
 	}
 }
 
@@ -198,6 +199,7 @@ int main(int argc, char **argv)
 		perror("weft-mqtt: signalfd");
 		return 1;
 	}
+	pool_malloc_setup();
 	r = weft_run(broker, NULL);
 	return r < 0 ? 1 : r;
 }

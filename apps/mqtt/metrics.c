@@ -13,7 +13,8 @@
  * The figures are read as the $SYS publisher reads them: the broker's per-worker counters
  * are summed with relaxed loads (stats.c), nothing on the publish path is locked; the
  * gauges that live behind a registry lock (connections, sessions, subscriptions, retained
- * messages) are read as $SYS reads them. Scheduler counters come from weft_stats() per worker
+ * messages) are read as $SYS reads them; so are the tree's and the pool's bytes, and malloc's
+ * figures come from mallinfo2. Scheduler counters come from weft_stats() per worker
  * and weft_stats_waits() per kind of wait (only when weft counts waits: WEFT_STATS or
  * WEFT_TRACE set at start).
  *
@@ -22,6 +23,7 @@
  * broker waits until the last one has gone before it frees the counters.
  */
 #include <errno.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,6 +135,15 @@ static void broker_metrics(tbuf *b)
 	    (uint64_t)topic_retained_count());
 	one(b, "weft_mqtt_subscriptions", "gauge", "Subscriptions.",
 	    (uint64_t)topic_sub_count());
+	/* mallinfo2 walks malloc's free lists under each arena's lock: a scrape is rare */
+	struct mallinfo2 mi = mallinfo2();
+	head(b, "weft_mqtt_memory_bytes", "gauge",
+	     "Memory the broker holds, by part (docs/weft-mqtt.md, Memory).");
+	tprintf(b, "weft_mqtt_memory_bytes{part=\"resident\"} %ld\n", mem_resident());
+	tprintf(b, "weft_mqtt_memory_bytes{part=\"malloc_in_use\"} %zu\n", mi.uordblks + mi.hblkhd);
+	tprintf(b, "weft_mqtt_memory_bytes{part=\"malloc_free\"} %zu\n", mi.fordblks);
+	tprintf(b, "weft_mqtt_memory_bytes{part=\"pool_free_lists\"} %ld\n", pool_cached_bytes());
+	tprintf(b, "weft_mqtt_memory_bytes{part=\"topic_tree\"} %ld\n", topic_bytes());
 	head(b, "weft_mqtt_uptime_seconds", "gauge", "Seconds since the broker started.");
 	tprintf(b, "weft_mqtt_uptime_seconds %.3f\n", (double)(weft_now() - broker_start) / 1e9);
 	char *br = bridge_metrics_text();

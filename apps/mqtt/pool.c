@@ -10,11 +10,48 @@
  * 256 KiB per class per worker); beyond the cap, and for larger sizes or callers that are not
  * weft workers, blocks go to malloc and free.
  *
+ * Giving memory back (pool_trim, from the broker's reaper). A list also keeps its low-water
+ * mark: the fewest blocks it held since the last trim. Those blocks sat unused through the
+ * whole interval, so when the reaper moves the trim generation on, each worker frees them at
+ * its next pool call (only the owner touches its lists, so the reaper cannot do it itself):
+ * a list shrinks to what its worker's traffic actually cycles through. A worker that makes no
+ * pool call at all keeps its lists, within the caps. Then malloc_trim: glibc returns the top
+ * of a heap by itself, but free chunks below a live one stay resident until malloc_trim
+ * releases their pages, and after a load that left (thousands of clients, a tree of topics)
+ * that was most of the RSS. But a trim walks every arena's free chunks under the arena's
+ * lock, and each page-sized run in them costs an madvise, whether its pages were given back
+ * already or not: with 20-40 MB free after the test's loads one took 1.4 to 27 ms, during
+ * which a worker that calls malloc waits. So the broker trims when a load has left, not
+ * while one runs: only when malloc holds TRIM_SLACK free, and while the broker is quiet
+ * (fewer than TRIM_BUSY packets in the last second; busy, memory freed is soon used again)
+ * at once when TRIM_SLACK has been freed since the last trim, else every TRIM_AGAIN, doubled
+ * after each trim that gave back less than 1 MB, up to TRIM_MAX. "Freed" is what malloc had
+ * in use at its peak since the last trim (sampled each second) less what it has now, or the
+ * growth of its free space, whichever is more; its free space alone does not say whether
+ * the pages are resident (after a trim most are not; memory reused and freed again is).
+ * A broker that is never quiet still trims once 64 MB have been freed.
+ *
+ * One malloc arena (pool_malloc_setup, M_ARENA_MAX 1, before the workers start): malloc_trim
+ * gives back the free chunks of every arena, but the top chunk of the main arena only. Each
+ * worker thread had an arena of its own, and its top chunk kept what the load had last freed
+ * there (8.8 MB in the memory test, one run in three) until a large enough free happened to
+ * trim it. The publish path allocates from the pools, and small blocks come from glibc's
+ * per-thread cache without the arena's lock; with one arena the broker's CPU per message and
+ * per connection measured the same or lower (docs/weft-mqtt.md, Memory). Rejected: a lower
+ * M_TRIM_THRESHOLD (trims a top chunk only when a free reaches it, and fixes the mmap
+ * threshold too), a fixed M_MMAP_THRESHOLD (would mmap and unmap a large output buffer on
+ * every batch).
+ *
+ * The counts are atomics only so that pool_cached_bytes (a gauge for /metrics) may read
+ * another worker's: the owner loads and stores them relaxed, plain moves, no read-modify-write.
+ *
  * A 16-byte header before each block says its class, so pool_free needs no size.
  */
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "broker.h"
 
@@ -27,14 +64,38 @@ typedef struct blk {
 	struct blk *next;
 } blk;
 
+#define TRIM_EVERY 1000000000LL        /* ns: the reaper looks this often */
+#define TRIM_AGAIN 5000000000LL        /* ns: trims at least this far apart... */
+#define TRIM_MAX (600 * 1000000000LL)  /* ns: ... and at most this far apart */
+#define TRIM_SLACK ((size_t)4 << 20)   /* bytes free in malloc worth a trim */
+#define TRIM_BUSY 1000                 /* packets received in a second: a busy broker */
+
 typedef struct wcache {
 	blk *head[NCLASS];
-	uint32_t count[NCLASS];
+	_Atomic uint32_t count[NCLASS];
+	uint32_t low[NCLASS];      /* the least count[] since the last trim */
+	unsigned gen;              /* the trim generation this cache last trimmed at */
 	char pad[64];
 } wcache;
 
 static wcache *caches;
 static int ncaches;
+static _Atomic unsigned trim_gen;
+
+static uint32_t count_of(wcache *w, int c)
+{
+	return atomic_load_explicit(&w->count[c], memory_order_relaxed);
+}
+
+static void count_set(wcache *w, int c, uint32_t n)
+{
+	atomic_store_explicit(&w->count[c], n, memory_order_relaxed);
+}
+
+void pool_malloc_setup(void)
+{
+	mallopt(M_ARENA_MAX, 1);
+}
 
 void pool_init(void)
 {
@@ -53,10 +114,31 @@ static int class_of(size_t n)
 	return -1;
 }
 
+/* Free the blocks each list kept unused since the last trim. */
+static void cache_trim(wcache *w, unsigned gen)
+{
+	for (int c = 0; c < NCLASS; c++) {
+		for (; w->low[c]; w->low[c]--) {
+			blk *b = w->head[c];
+			w->head[c] = b->next;
+			count_set(w, c, count_of(w, c) - 1);
+			free(b);
+		}
+		w->low[c] = count_of(w, c);
+	}
+	w->gen = gen;
+}
+
 static wcache *mine(void)
 {
-	int w = weft_worker_id();
-	return w >= 0 && w < ncaches && caches ? &caches[w] : NULL;
+	int i = weft_worker_id();
+	wcache *w = i >= 0 && i < ncaches && caches ? &caches[i] : NULL;
+	if (w) {
+		unsigned gen = atomic_load_explicit(&trim_gen, memory_order_relaxed);
+		if (w->gen != gen)
+			cache_trim(w, gen);
+	}
+	return w;
 }
 
 void *pool_alloc(size_t n)
@@ -75,7 +157,10 @@ void *pool_alloc(size_t n)
 	if (w && w->head[c]) {
 		blk *b = w->head[c];
 		w->head[c] = b->next;
-		w->count[c]--;
+		uint32_t n = count_of(w, c) - 1;
+		count_set(w, c, n);
+		if (n < w->low[c])
+			w->low[c] = n;
 		p = (uint8_t *)b;
 	} else {
 		p = malloc((size_t)1 << (c + MIN_SHIFT));
@@ -104,14 +189,68 @@ void pool_free(void *q)
 	uint8_t *p = (uint8_t *)q - HDR;
 	int c = p[0];
 	wcache *w = c == BIG ? NULL : mine();
-	if (w && w->count[c] < (262144u >> (c + MIN_SHIFT)) + 8) {
+	if (w && count_of(w, c) < (262144u >> (c + MIN_SHIFT)) + 8) {
 		blk *b = (blk *)p;
 		b->next = w->head[c];
 		w->head[c] = b;
-		w->count[c]++;
+		count_set(w, c, count_of(w, c) + 1);
 		return;
 	}
 	free(p);
+}
+
+long pool_cached_bytes(void)
+{
+	long n = 0;
+	for (int i = 0; i < ncaches; i++) /* racy reads of other workers' counts: a gauge */
+		for (int c = 0; c < NCLASS; c++)
+			n += (long)count_of(&caches[i], c) << (c + MIN_SHIFT);
+	return n;
+}
+
+long mem_resident(void)
+{
+	long pages = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+	if (f) {
+		if (fscanf(f, "%*s %ld", &pages) != 1)
+			pages = 0;
+		fclose(f);
+	}
+	return pages * sysconf(_SC_PAGESIZE);
+}
+
+void pool_trim(int64_t now)
+{
+	static int64_t next, due, interval = TRIM_AGAIN;
+	static size_t kept, peak; /* malloc's free space after the last trim; its use since */
+	static uint64_t packets;
+	if (now < next)
+		return;
+	next = now + TRIM_EVERY;
+	atomic_fetch_add_explicit(&trim_gen, 1, memory_order_relaxed);
+	mine(); /* this worker's lists now: another's at its next pool call */
+	uint64_t p = stats_sum(ST_MSG_RECV);
+	bool busy = p - packets > TRIM_BUSY;
+	packets = p;
+	struct mallinfo2 mi = mallinfo2();
+	size_t used = mi.uordblks + mi.hblkhd;
+	if (used > peak)
+		peak = used;
+	if (mi.fordblks < kept) /* reused since: what is freed again is resident again */
+		kept = mi.fordblks;
+	size_t freed = peak - used > mi.fordblks - kept ? peak - used : mi.fordblks - kept;
+	if (mi.fordblks < TRIM_SLACK ||
+	    (busy ? freed < 16 * TRIM_SLACK : freed < TRIM_SLACK && now < due))
+		return;
+	long before = mem_resident();
+	malloc_trim(0);
+	bool gave = before - mem_resident() >= 1L << 20;
+	interval = gave ? TRIM_AGAIN : interval * 2 < TRIM_MAX ? interval * 2 : TRIM_MAX;
+	due = now + interval;
+	mi = mallinfo2();
+	kept = mi.fordblks;
+	peak = mi.uordblks + mi.hblkhd;
 }
 
 /* Release every cached block (at exit, so that leak checkers see a clean heap). */

@@ -94,6 +94,10 @@ test('metrics_counters', async () => {
 		'weft_worker_wakes_total{worker="0"}', 'weft_worker_steals_total{worker="0"}',
 		'weft_worker_idle_seconds_total{worker="0"}'])
 		assert(before.has(k), `${k} is there`);
+	for (const part of ['resident', 'malloc_in_use', 'malloc_free', 'pool_free_lists', 'topic_tree'])
+		assert(before.get(`weft_mqtt_memory_bytes{part="${part}"}`) >= 0, `memory part ${part} is there`);
+	assert(before.get('weft_mqtt_memory_bytes{part="resident"}') > 1e6, 'resident memory in bytes');
+	assert(before.get('weft_mqtt_memory_bytes{part="topic_tree"}') > 0, 'the tree has its root');
 	const N = 50;
 	const s = await client(4), p = await client(5);
 	await s.subscribeAsync('m/#', { qos: 1 });
