@@ -374,42 +374,50 @@ void session_detach(conn *c, bool publish_will_now)
 	bool end = false, mine = false;
 	int64_t now = weft_now();
 	/* conn_end marked c closing under this lock, so no writer starts once this one is done:
-	 * the wait is over before the table's lock is taken, not under it */
-	WEFT_WITH_LOCK(&s->lock)
+	 * the wait is over before the table's lock is taken, not under it. Whether the session
+	 * ends is known here already: only its connection, c, changes its expiry while attached. */
+	WEFT_WITH_LOCK(&s->lock) {
 		while (s->writing)
 			weft_cond_wait(&s->idle, &s->lock);
-	WEFT_WITH_LOCK(&tlock) WEFT_WITH_LOCK(&s->lock) {
-		s->conn = NULL;
-		atomic_store(&s->online, 0);
-		pool_free(s->out);
-		s->out = NULL;
-		s->out_len = s->out_cap = 0;
-		if (!publish_will_now) {
-			msg_unref(s->will);
-			s->will = NULL;
-		}
 		end = s->expiry_interval == 0;
-		if (s->will) {
-			uint32_t delay = s->will_delay;
-			if (delay > s->expiry_interval)
-				delay = s->expiry_interval;
-			if (delay == 0 || end) {
-				will = take_will(s);
-			} else {
-				s->will_pending = true;
-				s->will_at = now + (int64_t)delay * 1000000000;
-			}
-		}
-		if (!end && s->expiry_interval != UINT32_MAX)
-			s->expire_at = now + (int64_t)s->expiry_interval * 1000000000;
-		if (!end) {
-			deadline_set(s, session_deadline(s));
-			persist_session(s, false, NULL); /* when it went: its expiry counts from then */
-		} else if (find(s->client_id, s->id_len, s->hash) == s) {
-			unlink_locked(s);
-			mine = true;
+	}
+	/* the table's lock only for a session that leaves it: a persistent one's store write
+	 * (persist_session) may wait for the store, and every CONNECT would wait behind it */
+	if (end)
+		weft_mutex_lock(&tlock);
+	weft_mutex_lock(&s->lock);
+	s->conn = NULL;
+	atomic_store(&s->online, 0);
+	pool_free(s->out);
+	s->out = NULL;
+	s->out_len = s->out_cap = 0;
+	if (!publish_will_now) {
+		msg_unref(s->will);
+		s->will = NULL;
+	}
+	if (s->will) {
+		uint32_t delay = s->will_delay;
+		if (delay > s->expiry_interval)
+			delay = s->expiry_interval;
+		if (delay == 0 || end) {
+			will = take_will(s);
+		} else {
+			s->will_pending = true;
+			s->will_at = now + (int64_t)delay * 1000000000;
 		}
 	}
+	if (!end && s->expiry_interval != UINT32_MAX)
+		s->expire_at = now + (int64_t)s->expiry_interval * 1000000000;
+	if (!end) {
+		deadline_set(s, session_deadline(s));
+		persist_session(s, false, NULL); /* when it went: its expiry counts from then */
+	} else if (find(s->client_id, s->id_len, s->hash) == s) {
+		unlink_locked(s);
+		mine = true;
+	}
+	weft_mutex_unlock(&s->lock);
+	if (end)
+		weft_mutex_unlock(&tlock);
 	if (conf.detach_delay_ms)
 		weft_sleep_until(weft_now() + (int64_t)conf.detach_delay_ms * 1000000);
 	if (will)
