@@ -468,16 +468,17 @@ void session_resume(session *s, conn *by)
 		for (dlv *d = s->inflight; d;) {
 			dlv *next = d->next;
 			int r = 0;
-			if (d->state == 0 && !access_read(s, d->m)) { /* the rules changed */
-				r = -1;
-			} else if (d->state == 0) {
+			/* not checked against the rules again, as queued ones are (fill_window): a
+			 * PUBLISH already sent may be held by the client awaiting PUBREL, and its id
+			 * must not be given to another message */
+			if (d->state == 0) {
 				r = encode_pub(s, d->m, d->qos, d->pid, 1, d->retain, d->subid, d->nsub, now);
 			} else {
 				uint8_t pkt[8];
 				size_t n = mq_enc_ack(pkt, s->version, MQ_PUBREL, d->pid, 0, NULL);
 				memcpy(out_room(s, n), pkt, n);
 			}
-			if (r < 0) { /* too large for this connection, or not to be read: dropped */
+			if (r < 0) { /* too large for this connection: dropped */
 				if (d->mid)
 					persist_ack(s, d->pid);
 				if (prev)

@@ -194,6 +194,9 @@ int main(int argc, char **argv)
 	sigaddset(&set, SIGHUP);
 	sigprocmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	/* a file size limit (ulimit -f) reached by the store must fail its writes as a full disk
+	 * does (store.c recovers when it can write), not kill the broker */
+	signal(SIGXFSZ, SIG_IGN);
 	sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
 	if (sigfd < 0) {
 		perror("weft-mqtt: signalfd");

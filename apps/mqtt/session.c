@@ -332,9 +332,10 @@ session *session_restore(const char *id, uint16_t n, uint8_t version, uint32_t e
 		}
 		own(s, owner, owner_len);
 		s->owner_unknown = !owner_known;
-		/* what it may read until its client binds again: its owner's rules (the anonymous
-		 * ones where the owner was not kept), never none at all */
-		access_bind(s, owner, owner_len);
+		/* not bound to any rules until its client comes back (a bridge's own session has
+		 * no user, and one restored from an older store no known owner: the anonymous rules
+		 * would drop what they may read); what it queues meanwhile is checked as it goes
+		 * out (delivery.c's fill_window) */
 		s->version = version;
 		s->expiry_interval = expiry_interval;
 		s->expire_at = expire_at;
