@@ -2,9 +2,20 @@
  * weft.h - the whole public API of weft, a runtime for very many lightweight tasks
  * multiplexed over one worker thread per core.
  *
- * Conventions (see docs/design.md):
- *  - Functions return 0 (or a non-negative count) on success and a negative errno value on
- *    failure. Constructors that return a handle return NULL and set errno.
+ * Conventions (see docs/design.md). Everything added to this header follows them; a few older
+ * names keep the spelling they had before the naming rule (channels: put/take wait as long as
+ * it takes, send/recv take a deadline, offer/poll never wait).
+ *  - Results: functions return 0 (or a non-negative count or index) on success and a negative
+ *    errno value on failure. Constructors that return a handle return NULL and set errno.
+ *  - Errors mean one thing each: -EINVAL an argument that can never be right (NULL, out of
+ *    range, a handle of the wrong kind); -ESRCH a task handle whose task is gone; -ETIMEDOUT
+ *    the deadline passed first; -ECANCELED the calling task is cancelled; -EAGAIN a call that
+ *    never waits would have had to; -EPIPE a closed channel; -ENOMEM, -EMSGSIZE as usual.
+ *  - Names: a call that may wait comes as NAME, which waits as long as it takes (and returns
+ *    -ECANCELED when the task is cancelled), and NAME_until, the same with an absolute deadline
+ *    as its last argument (weft_join / weft_join_until, weft_sem_wait / weft_sem_wait_until);
+ *    a variant that never waits prefixes the verb with try (weft_sem_trywait). Only weft_sleep
+ *    takes a duration, since a sleep is nothing but its time.
  *  - Time is int64_t nanoseconds on the monotonic clock of weft_now(). Blocking calls take an
  *    absolute deadline; WEFT_FOREVER never expires; a deadline already past means "do not
  *    block".
@@ -112,6 +123,10 @@ weft_task *weft_spawn_opt(void (*fn)(void *), void *arg, const weft_spawn_opts *
  */
 int weft_join(weft_task *t);
 
+/* weft_join, waiting until the deadline at most: -ETIMEDOUT when t has not finished by then
+ * (t stays joinable; a deadline already past only looks). Other results as weft_join. */
+int weft_join_until(weft_task *t, int64_t deadline);
+
 /* Let the other runnable tasks of this worker run. From a plain thread: sched_yield(). */
 void weft_yield(void);
 
@@ -120,6 +135,10 @@ void weft_yield(void);
  * (clock_nanosleep, absolute).
  */
 int weft_sleep_until(int64_t deadline);
+
+/* Sleep for ns nanoseconds from now (0 or less: do not sleep): weft_sleep_until(weft_now() +
+ * ns), the one call that takes a duration (see the naming rule above). 0, or -ECANCELED. */
+int weft_sleep(int64_t ns);
 
 /* Run n tasks of fn(arg) and return when all have finished: 0, or -EINVAL (n <= 0, fn NULL). */
 int weft_execute(int n, void (*fn)(void *), void *arg);

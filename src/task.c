@@ -1,5 +1,5 @@
 /*
- * task.c - the life of a task: spawn, run, exit, join, cancel; weft_execute.
+ * task.c - the life of a task: spawn, run, exit, join, cancel, sleep; weft_execute.
  *
  * A task's record sits at the top of its own stack slot (stack.c), so spawning takes a slot
  * from the worker's cache, writes the record and the first frame, and queues the task: no
@@ -98,7 +98,7 @@ void task_release(weft_task *t)
 	stack_put(w ? &w->stacks : NULL, &t->stk);
 }
 
-int weft_join(weft_task *t)
+int weft_join_until(weft_task *t, int64_t deadline)
 {
 	/* stk.size == 0: the slot is free, the handle was joined (or detached and has exited). */
 	if (!t || __atomic_load_n(&t->stk.size, __ATOMIC_RELAXED) == 0 || t->detached ||
@@ -113,8 +113,10 @@ int weft_join(weft_task *t)
 		struct wait *w = wait_begin("join", t);
 		t->joiner = w;
 		spin_unlock(&t->join_lock);
-		int r = wait_park(w, WEFT_FOREVER);
+		int r = wait_park(w, deadline);
 		if (r < 0) {
+			/* Timed out or cancelled: t stays joinable. The exiting task claims the
+			 * wait under join_lock, so once we hold it nobody touches w any more. */
 			spin_lock(&t->join_lock);
 			if (t->joiner == w)
 				t->joiner = NULL;
@@ -129,6 +131,11 @@ int weft_join(weft_task *t)
 		cpu_relax();
 	task_release(t);
 	return 0;
+}
+
+int weft_join(weft_task *t)
+{
+	return weft_join_until(t, WEFT_FOREVER);
 }
 
 int weft_cancel(weft_task *t)
@@ -166,6 +173,12 @@ int weft_sleep_until(int64_t deadline)
 	}
 	int r = wait_sleep(wait_begin("sleep", NULL), deadline);
 	return r == -ETIMEDOUT ? 0 : r;
+}
+
+int weft_sleep(int64_t ns)
+{
+	int64_t now = weft_now();
+	return weft_sleep_until(ns <= 0 ? 0 : ns > WEFT_FOREVER - now ? WEFT_FOREVER : now + ns);
 }
 
 /* ---- weft_execute: n tasks of one function, and wait for all --------------------------- */
