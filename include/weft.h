@@ -115,11 +115,15 @@ weft_task *weft_spawn(void (*fn)(void *), void *arg);
 weft_task *weft_spawn_opt(void (*fn)(void *), void *arg, const weft_spawn_opts *opts);
 
 /*
+ * A handle names one task for good: a task's memory is reused by later spawns once it has
+ * been joined (or, detached, has ended), but the handle carries a generation, and every call
+ * on a handle whose task is gone returns -ESRCH (weft_task_id 0) instead of acting on the task
+ * that took its place. (The generation has 22 bits: a handle is mistaken for a live one only
+ * if its task's memory has been reused a multiple of 4,194,304 times since.)
+ *
  * Wait for t to finish and release it. Returns 0; -EINVAL for NULL, a detached task, joining
- * oneself, a task another caller is already joining, or a handle already joined; -ECANCELED if
- * the caller was cancelled while waiting (t stays joinable). A joined handle's memory is reused
- * by later spawns: once a newer task has taken it over, joining the old handle again is
- * undefined, as with pthread_join.
+ * oneself, or a task another caller is already joining; -ESRCH when t is gone (joined
+ * already); -ECANCELED if the caller was cancelled while waiting (t stays joinable).
  */
 int weft_join(weft_task *t);
 
@@ -143,10 +147,12 @@ int weft_sleep(int64_t ns);
 /* Run n tasks of fn(arg) and return when all have finished: 0, or -EINVAL (n <= 0, fn NULL). */
 int weft_execute(int n, void (*fn)(void *), void *arg);
 
-/* The calling task, or NULL on a thread that is not running a weft task. */
+/* The calling task (the handle weft_spawn returned for it), or NULL on a thread that is not
+ * running a weft task. */
 weft_task *weft_self(void);
 
-/* The task's id (unique for the process, > 0) and name. */
+/* The task's id (unique for the process, > 0) and name; 0 and "" for NULL or a task that is
+ * gone. The name is valid until the task is joined (a detached task's, until it ends). */
 uint64_t weft_task_id(const weft_task *t);
 const char *weft_task_name(const weft_task *t);
 
@@ -163,7 +169,8 @@ int weft_worker_max(void);
 /*
  * Cancel t: its current blocking call and every later one return -ECANCELED (sleeping, joining,
  * channel and lock waits alike). The task decides how to wind up; nothing is unwound by force.
- * Returns 0 or -EINVAL. t must not have been joined yet.
+ * Returns 0 (also for a task that has ended but is not joined yet); -EINVAL for NULL; -ESRCH
+ * when t is gone (joined, or detached and ended), which is safe to ask at any time.
  */
 int weft_cancel(weft_task *t);
 

@@ -40,7 +40,7 @@
  *
  * Odd-sized stacks get a mapping of their own, kept on a global free list for the next spawn
  * of the same size. No slot is unmapped before weft_run ends, so a stale task handle still
- * points at readable memory (weft_join uses this to reject a handle already joined).
+ * points at readable memory (task.c reads the generation there to reject it).
  */
 #define _GNU_SOURCE
 #include "stack.h"
@@ -304,8 +304,8 @@ void stack_put(struct stack_cache *c, struct stack *s)
 	if (g.valgrind)
 		VALGRIND_STACK_DEREGISTER(s->valgrind_id);
 #endif
-	/* Marks the record free (stack_each_live, weft_join). Atomic: a stale handle may be read
-	 * by weft_join on another thread at any time. */
+	/* Marks the record free (stack_each_live). Atomic: the dump reads it from other threads
+	 * at any time. */
 	__atomic_store_n(&s->size, 0, __ATOMIC_RELAXED);
 	if (!s->pooled) {
 		pthread_mutex_lock(&g.lock);

@@ -17,6 +17,9 @@ enum task_state { TASK_RUNNABLE, TASK_RUNNING, TASK_PARKED, TASK_DONE };
 
 struct weft_task {
 	struct stack stk;          /* first: stack.c finds the record through it */
+	_Atomic uint32_t ref;      /* generation and pins of the handles (task.c, "Handles"):
+				    * outlives the task, so task_spawn leaves it alone */
+	atomic_int cancelled;      /* first field task_spawn clears */
 	weft_ctx ctx;
 	weft_task *link;           /* in a worker's inbox (sched.c) */
 	atomic_int on_cpu;         /* set while some worker runs on this stack */
@@ -26,10 +29,10 @@ struct weft_task {
 	void (*fn)(void *);
 	void *arg;
 	uint64_t id;
-	atomic_int cancelled;
+	spinlock join_lock;        /* guards done, joined and joiner */
 	bool detached;
-	spinlock join_lock;        /* guards done and joiner */
-	bool done;
+	bool done;                 /* it has exited */
+	bool joined;               /* a joiner has taken it and will release it */
 	struct wait *joiner;
 	int64_t parked_at;         /* coarse time of its last park (dumps) */
 	void *spawned_at;          /* return address in the code that spawned it (dumps) */
@@ -52,11 +55,61 @@ static inline void task_set_state(weft_task *t, int s)
 
 struct worker;
 struct weft_spawn_opts;
-/* weft_spawn_opt on worker w (no argument checks). */
+/* weft_spawn_opt on worker w (no argument checks): the new task's handle (see task_handle). */
 weft_task *task_spawn(struct worker *w, void (*fn)(void *), void *arg,
 		      const struct weft_spawn_opts *opts, void *spawned_at);
 /* Entry point of every task (runs fn, then exits). */
 void task_main(void *task);
-/* Release a finished task's slot; called once it is off its CPU. */
+/* Release a finished task's slot; called once it is off its CPU. The slot is reused once no
+ * caller holds a pin on it (task.c, "Handles"). */
 void task_release(weft_task *t);
+
+/*
+ * A handle (what weft_spawn and weft_self return) is the record's address with the low
+ * TASK_GEN_BITS of the slot's generation in bits the address leaves zero: the record is 64-byte
+ * aligned (6 bits) and below 2^48 (16 bits), as every mmap without an address hint is on the
+ * 64-bit Linux targets. On a 32-bit target only the 6 low bits carry it.
+ */
+#if UINTPTR_MAX > 0xffffffffu
+#define TASK_GEN_BITS 22
+#else
+#define TASK_GEN_BITS 6
+#endif
+#define TASK_PINS 0xffu          /* ref: pins held by callers acting on a handle */
+#define TASK_DETACHED 0x100u     /* ref: the task is detached (readable by stale handles) */
+#define TASK_RELEASING 0x200u    /* ref: released while pinned; the last unpin frees it */
+#define TASK_GEN_SHIFT 10        /* ref: the generation, bumped whenever the slot is freed */
+
+static inline uint32_t task_gen(uint32_t ref)
+{
+	return (ref >> TASK_GEN_SHIFT) & ((1u << TASK_GEN_BITS) - 1);
+}
+
+static inline weft_task *task_handle(weft_task *t)
+{
+	uintptr_t g = task_gen(atomic_load_explicit(&t->ref, memory_order_relaxed));
+	uintptr_t h = (uintptr_t)t | (g & 63);
+#if UINTPTR_MAX > 0xffffffffu
+	h |= (g >> 6) << 48;
+#endif
+	return (weft_task *)h;
+}
+
+/* The record a handle names, and the generation it carries. */
+static inline weft_task *task_record(const weft_task *h, uint32_t *gen)
+{
+	uintptr_t v = (uintptr_t)h;
+	uintptr_t g = v & 63;
+#if UINTPTR_MAX > 0xffffffffu
+	g |= (v >> 48) << 6;
+	v &= ((uintptr_t)1 << 48) - 1;
+#endif
+	*gen = (uint32_t)g;
+	return (weft_task *)(v & ~(uintptr_t)63);
+}
+
+/* The record h names, pinned: it is not freed (nor its slot reused) until task_unpin. NULL when
+ * h's task is gone: its slot was freed since h was made. */
+weft_task *task_pin(const weft_task *h);
+void task_unpin(weft_task *t);
 #endif

@@ -1,7 +1,8 @@
 /*
  * Tests of a task's handle and the waits around it: joining with a deadline (from tasks and
- * plain threads, racing the task's exit), handles that outlive their task (generations), and
- * the relative sleep.
+ * plain threads, racing the task's exit), handles that outlive their task (generations: a
+ * call on one returns -ESRCH and never acts on the task that took its slot), and the relative
+ * sleep.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -9,6 +10,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "task.h" /* task_record: to check that a slot was in fact reused */
 #include "test.h"
 
 /* A task that waits until the channel it is given is closed. */
@@ -193,6 +195,167 @@ static int exit_races_deadline(void *arg)
 TEST(join_until_races_the_exit_on_every_worker_and_thread)
 {
 	RUN(exit_races_deadline);
+}
+
+/* ---- generations ------------------------------------------------------------------------- */
+
+static weft_task *_Atomic reused_self;
+static atomic_int reused_cancelled = -1;
+
+static void record_self(void *chan)
+{
+	atomic_store(&reused_self, weft_self());
+	CHECK_EQ(weft_chan_take(chan, NULL, 0), -EPIPE);
+	atomic_store(&reused_cancelled, weft_cancelled());
+}
+
+static int stale_handles(void *arg)
+{
+	(void)arg;
+	weft_task *old = weft_spawn(nothing, NULL);
+	CHECK(old);
+	uint64_t old_id = weft_task_id(old);
+	CHECK(old_id > 0);
+	CHECK_EQ(weft_join(old), 0);
+	weft_chan *c = weft_chan_new(0, 1);
+	weft_task *now = weft_spawn(record_self, c); /* takes the slot old's join gave back */
+	uint32_t g_old, g_now;
+	CHECK(task_record(old, &g_old) == task_record(now, &g_now));
+	CHECK(g_old != g_now);
+	CHECK(old != now);
+	while (!atomic_load(&reused_self))
+		weft_yield();
+	CHECK(atomic_load(&reused_self) == now); /* weft_self is the handle weft_spawn gave */
+	CHECK_EQ(weft_join_until(old, weft_now() + 50 * MS), -ESRCH);
+	CHECK_EQ(weft_join(old), -ESRCH);
+	CHECK_EQ(weft_cancel(old), -ESRCH);
+	CHECK_EQ(weft_task_id(old), 0);
+	CHECK(weft_task_name(old)[0] == 0);
+	CHECK(weft_task_id(now) > 0 && weft_task_id(now) != old_id);
+	weft_chan_close(c);
+	CHECK_EQ(weft_join(now), 0);
+	CHECK_EQ(atomic_load(&reused_cancelled), 0); /* the cancel of old did not reach it */
+	CHECK_EQ(weft_join(now), -ESRCH);
+	weft_chan_free(c);
+	return 0;
+}
+
+TEST(a_handle_whose_slot_was_reused_names_no_task)
+{
+	RUN(stale_handles);
+}
+
+/*
+ * Stale handles under churn: on every worker, spawners start detached tasks that end at once
+ * (blips) and publish their handles, and joinable keepers that take the blips' slots over;
+ * meanwhile tasks and plain threads cancel, join and ask the id of random published blips,
+ * live or long gone. Every call on a blip's handle gets 0 (cancel of a blip still alive),
+ * -EINVAL (join of a detached task still alive) or -ESRCH, and no keeper is ever cancelled
+ * or joined by anyone but its spawner.
+ */
+enum { CHURN_SPAWNERS = 4, CHURN_ROUNDS = SLOW ? 400 : 20000, BLIPS = 64,
+       STALE_TASKS = 4, STALE_THREADS = 2 };
+static weft_task *_Atomic blip[BLIPS];
+static atomic_int churn_done, keepers_cancelled, stale_calls;
+
+static void blip_fn(void *arg)
+{
+	(void)arg;
+	if (weft_cancelled()) /* cancelled before it ran: fine, it is a blip */
+		return;
+	weft_yield();
+}
+
+static void keeper(void *arg)
+{
+	(void)arg;
+	weft_yield();
+	weft_yield();
+	if (weft_cancelled())
+		atomic_fetch_add(&keepers_cancelled, 1);
+}
+
+static void churn(void *arg)
+{
+	unsigned k = (unsigned)(uintptr_t)arg;
+	weft_spawn_opts det = { .detached = 1 };
+	for (int i = 0; i < CHURN_ROUNDS; i++) {
+		weft_task *b = weft_spawn_opt(blip_fn, NULL, &det);
+		CHECK(b);
+		atomic_store(&blip[(k * 31 + (unsigned)i) % BLIPS], b);
+		weft_task *t = weft_spawn(keeper, NULL);
+		CHECK(t);
+		if (i % 4 == 3)
+			weft_yield();
+		CHECK_EQ(weft_join(t), 0);
+	}
+	atomic_fetch_add(&churn_done, 1);
+}
+
+static void poke_stale(uint64_t *seed)
+{
+	while (atomic_load(&churn_done) < CHURN_SPAWNERS) {
+		*seed = *seed * 6364136223846793005ULL + 1442695040888963407ULL;
+		weft_task *h = atomic_load(&blip[(*seed >> 33) % BLIPS]);
+		if (!h) {
+			weft_yield();
+			continue;
+		}
+		int r;
+		switch ((*seed >> 40) % 3) {
+		case 0:
+			r = weft_cancel(h);
+			CHECK(r == 0 || r == -ESRCH);
+			break;
+		case 1:
+			r = weft_join_until(h, 0);
+			CHECK(r == -EINVAL || r == -ESRCH);
+			break;
+		default:
+			(void)weft_task_id(h); /* 0 or its id: nothing to check but that it is safe */
+		}
+		atomic_fetch_add(&stale_calls, 1);
+	}
+}
+
+static void stale_task(void *arg)
+{
+	uint64_t seed = (uint64_t)(uintptr_t)arg;
+	poke_stale(&seed);
+}
+
+static void *stale_thread(void *arg)
+{
+	uint64_t seed = (uint64_t)(uintptr_t)arg;
+	poke_stale(&seed);
+	return NULL;
+}
+
+static int churn_main(void *arg)
+{
+	(void)arg;
+	weft_task *sp[CHURN_SPAWNERS], *st[STALE_TASKS];
+	pthread_t th[STALE_THREADS];
+	for (int k = 0; k < CHURN_SPAWNERS; k++)
+		CHECK((sp[k] = weft_spawn(churn, (void *)(uintptr_t)k)));
+	for (int k = 0; k < STALE_TASKS; k++)
+		CHECK((st[k] = weft_spawn(stale_task, (void *)(uintptr_t)(k + 1))));
+	for (int k = 0; k < STALE_THREADS; k++)
+		CHECK_EQ(pthread_create(&th[k], NULL, stale_thread, (void *)(uintptr_t)(k + 100)), 0);
+	for (int k = 0; k < CHURN_SPAWNERS; k++)
+		CHECK_EQ(weft_join(sp[k]), 0);
+	for (int k = 0; k < STALE_TASKS; k++)
+		CHECK_EQ(weft_join(st[k]), 0);
+	for (int k = 0; k < STALE_THREADS; k++)
+		CHECK_EQ(pthread_join(th[k], NULL), 0);
+	CHECK_EQ(atomic_load(&keepers_cancelled), 0);
+	CHECK(atomic_load(&stale_calls) > 0);
+	return 0;
+}
+
+TEST(stale_handles_never_reach_the_task_that_took_their_slot)
+{
+	RUN(churn_main);
 }
 
 /* ---- weft_sleep ---------------------------------------------------------------------------- */
