@@ -227,6 +227,83 @@ typedef struct weft_wait_stats {
 int weft_stats_waits(weft_wait_stats *out, int max);
 
 /* ------------------------------------------------------------------------------------------ */
+/* Task groups                                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * A task group (Go's errgroup, Trio's nursery, libdill's bundle) answers for the tasks spawned
+ * into it, its members, together: wait for all of them, cancel all of them, keep the first
+ * error.
+ *
+ *     weft_group *g = weft_group_new(WEFT_FOREVER);
+ *     for (int i = 0; i < n; i++)
+ *             weft_group_spawn(g, worker, &job[i]);
+ *     int err = weft_group_wait(g);         -- 0, or the first failing member's result
+ *     weft_group_free(g);
+ *
+ *  - A member runs int fn(void *arg): 0 is success, anything else (a negative errno, by the
+ *    conventions above) failure. The first failure becomes the group's error and cancels the
+ *    group: the other members are cancelled, later spawns refused.
+ *  - Cancelling a group cancels each member as weft_cancel does, and every group a member
+ *    owns, down the whole tree.
+ *  - A group is owned by the task that made it, and weft_cancel of a task cancels the groups it
+ *    owns: a closer that is cancelled takes its workers down with it. When the owner ends
+ *    first, the group has no owner from then on (its members go on); a group made on a plain
+ *    thread has none.
+ *  - A deadline: from the group's deadline on its members count as cancelled: a blocking call
+ *    returns -ECANCELED once it passes (one waiting then is woken at it), and weft_cancelled()
+ *    says so. A group takes the earlier of its own deadline and its maker's (the deadline of
+ *    the group the making task is a member of), so deadlines nest.
+ *  - Members are detached: there is nothing to join, and each one's memory is released as it
+ *    ends.
+ */
+typedef struct weft_group weft_group;
+
+/*
+ * A new group, owned by the calling task (by nobody on a plain thread), whose members are
+ * cancelled from `deadline` on (WEFT_FOREVER: never; see above for the maker's deadline). A
+ * group made by a task already cancelled starts cancelled. NULL with errno ENOMEM.
+ */
+weft_group *weft_group_new(int64_t deadline);
+
+/*
+ * Spawn fn(arg) as a member of g. From a task, as weft_spawn; opts as for weft_spawn_opt
+ * (detached must be 0: members always are). Returns 0; -ECANCELED when g is cancelled or its
+ * deadline has passed (nothing was spawned); -EINVAL (g or fn NULL, a stack too small, detached
+ * set, called outside a task); -ENOMEM.
+ */
+int weft_group_spawn(weft_group *g, int (*fn)(void *), void *arg);
+int weft_group_spawn_opt(weft_group *g, int (*fn)(void *), void *arg, const weft_spawn_opts *opts);
+
+/*
+ * Wait until every member of g has ended. Returns g's error (the first non-zero result of a
+ * member; after a cancel, usually that of a member that gave up with -ECANCELED), or 0 if every
+ * member returned 0; -EINVAL for NULL. The owner's wait is not cut short by its own
+ * cancellation: cancelling the owner cancels the group, and its wait goes on until the members
+ * have ended, so that none outlives it (a member that ignores cancellation holds it; bound it
+ * with weft_group_wait_until). Any other task waiting returns -ECANCELED when cancelled. Any
+ * number of tasks and threads may wait at once.
+ */
+int weft_group_wait(weft_group *g);
+
+/* weft_group_wait until the deadline at most: -ETIMEDOUT when members remain then (they go on;
+ * wait again, or cancel). */
+int weft_group_wait_until(weft_group *g, int64_t deadline);
+
+/* Cancel every member of g and every group they own; spawns into g return -ECANCELED from now
+ * on. Returns 0, or -EINVAL for NULL. A second cancel does nothing more. */
+int weft_group_cancel(weft_group *g);
+
+/* The number of members that have not ended yet (a snapshot; 0 for NULL). */
+size_t weft_group_len(const weft_group *g);
+
+/*
+ * Release g. It must have no members left (wait first): weft prints "weft: weft_group_free on
+ * a group with N members" and aborts otherwise. NULL does nothing.
+ */
+void weft_group_free(weft_group *g);
+
+/* ------------------------------------------------------------------------------------------ */
 /* Channels                                                                                   */
 /* ------------------------------------------------------------------------------------------ */
 

@@ -257,7 +257,7 @@ static void spill(struct stack_cache *c)
 }
 
 /* Start loading the record of the slot to be handed out STACK_PREFETCH spawns from now, which
- * task_spawn writes whole: its lines (a task's record is four), and the top of the stack below
+ * task_spawn writes whole: its lines (a task's record is five), and the top of the stack below
  * them. Only for slots from the depot: those this worker put back are still in its cache.
  * Always inlined: gcc 12 finds a function that only prefetches free of side effects, and drops
  * the call. */
@@ -269,8 +269,8 @@ static inline __attribute__((always_inline)) void prefetch_ahead(struct stack_ca
 	if (c->n < STACK_PREFETCH)
 		return;
 	const char *r = (const char *)c->slot[c->n - STACK_PREFETCH];
-#pragma GCC unroll 5
-	for (int l = -1; l < 4; l++)
+#pragma GCC unroll 6
+	for (int l = -1; l < 5; l++)
 		__builtin_prefetch(r + 64 * l, 1);
 }
 

@@ -32,13 +32,14 @@
 #include <string.h>
 #include <time.h>
 
+#include "group.h"
 #include "sanitizer.h"
 #include "sched.h"
 #include "trace.h"
 #include "weft.h"
 
-weft_task *task_spawn(struct worker *w, void (*fn)(void *), void *arg,
-		      const struct weft_spawn_opts *opts, void *spawned_at)
+weft_task *task_prepare(struct worker *w, void (*fn)(void *), void *arg,
+			const struct weft_spawn_opts *opts, void *spawned_at)
 {
 	struct stack *s = stack_get(&w->stacks, opts ? opts->stack_size : 0);
 	if (!s)
@@ -51,6 +52,7 @@ weft_task *task_spawn(struct worker *w, void (*fn)(void *), void *arg,
 	t->id = sched_new_id(w);
 	t->wait.task = t;
 	t->timer.idx = -1;
+	t->limit = WEFT_FOREVER;
 	t->detached = opts && opts->detached;
 	/* The slot is free: no pin can be taken on it, since every handle to it is stale. */
 	uint32_t ref = atomic_load_explicit(&t->ref, memory_order_relaxed);
@@ -65,10 +67,30 @@ weft_task *task_spawn(struct worker *w, void (*fn)(void *), void *arg,
 #ifdef WEFT_TSAN
 	t->tsan_fiber = __tsan_create_fiber(0);
 #endif
+	return t;
+}
+
+void task_start(weft_task *t)
+{
+	struct worker *w = worker_self();
 	counter_inc(&w->spawned);
 	trace_spawn(t);
-	weft_task *h = task_handle(t); /* before it may run, end and free the slot */
 	sched_ready_tail(t);
+}
+
+void task_discard(weft_task *t)
+{
+	task_release(t);
+}
+
+weft_task *task_spawn(struct worker *w, void (*fn)(void *), void *arg,
+		      const struct weft_spawn_opts *opts, void *spawned_at)
+{
+	weft_task *t = task_prepare(w, fn, arg, opts, spawned_at);
+	if (!t)
+		return NULL;
+	weft_task *h = task_handle(t); /* before it may run, end and free the slot */
+	task_start(t);
 	return h;
 }
 
@@ -93,9 +115,13 @@ weft_task *weft_spawn(void (*fn)(void *), void *arg)
 	return spawn_checked(fn, arg, NULL, __builtin_return_address(0));
 }
 
-static void task_exit(weft_task *t)
+static void task_exit(weft_task *t, int result)
 {
-	if (!t->detached) {
+	if (t->groups)
+		group_disown(t);
+	if (t->member)
+		group_leave(t, result);
+	else if (!t->detached) {
 		spin_lock(&t->join_lock);
 		t->done = true;
 		if (t->joiner)
@@ -110,8 +136,12 @@ void task_main(void *p)
 {
 	weft_task *t = p;
 	sched_finish_switch();
-	t->fn(t->arg);
-	task_exit(t);
+	int result = 0;
+	if (t->member)
+		result = t->member_fn(t->arg);
+	else
+		t->fn(t->arg);
+	task_exit(t, result);
 }
 
 /* ---- handles (see the top of this file) ---------------------------------------------- */
@@ -230,8 +260,7 @@ int weft_cancel(weft_task *h)
 	weft_task *t = task_pin(h);
 	if (!t)
 		return -ESRCH;
-	atomic_store(&t->cancelled, 1);
-	wait_cancel(t);
+	group_cancel_task(t);
 	task_unpin(t);
 	return 0;
 }
@@ -239,7 +268,16 @@ int weft_cancel(weft_task *h)
 int weft_cancelled(void)
 {
 	struct worker *w = worker_self();
-	return w && w->cur ? atomic_load(&w->cur->cancelled) : 0;
+	weft_task *t = w ? w->cur : NULL;
+	if (!t)
+		return 0;
+	if (atomic_load(&t->cancelled))
+		return 1;
+	if (t->limit != WEFT_FOREVER && weft_now() >= t->limit) { /* its group's deadline */
+		atomic_store(&t->cancelled, 1);
+		return 1;
+	}
+	return 0;
 }
 
 uint64_t weft_task_id(const weft_task *h)

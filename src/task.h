@@ -15,6 +15,8 @@
 
 enum task_state { TASK_RUNNABLE, TASK_RUNNING, TASK_PARKED, TASK_DONE };
 
+/* The record, in five cache lines: the first four are what a park, a wake-up and a switch
+ * touch; the fifth is for group members and the sanitizers. */
 struct weft_task {
 	struct stack stk;          /* first: stack.c finds the record through it */
 	_Atomic uint32_t ref;      /* generation and pins of the handles (task.c, "Handles"):
@@ -26,19 +28,27 @@ struct weft_task {
 	atomic_int state;          /* enum task_state; see task_state() */
 	struct wait wait;          /* the one wait record the task parks on */
 	struct timer timer;        /* deadline of its current timed wait */
-	void (*fn)(void *);
+	union {
+		void (*fn)(void *);
+		int (*member_fn)(void *); /* a group member's (group.c) */
+	};
 	void *arg;
 	uint64_t id;
-	spinlock join_lock;        /* guards done, joined and joiner */
+	spinlock join_lock;        /* guards done, joined, joiner and groups */
 	bool detached;
 	bool done;                 /* it has exited */
 	bool joined;               /* a joiner has taken it and will release it */
+	bool member;               /* it belongs to `group` (group.c) */
 	struct wait *joiner;
 	int64_t parked_at;         /* coarse time of its last park (dumps) */
+	int64_t limit;             /* its group's deadline: cancelled from then on (wait.c) */
+	struct weft_group *groups; /* the groups it owns (group.c) */
 	void *spawned_at;          /* return address in the code that spawned it (dumps) */
+	char name[32];
+	struct weft_group *group;  /* the group it is a member of, and its links there */
+	weft_task *group_next, *group_prev;
 	void *asan_fake_stack;     /* sanitizer.h: ASan's saved fake stack */
 	void *tsan_fiber;          /* sanitizer.h: TSan's fiber */
-	char name[32];
 };
 
 /* A task's state is written by the task, its wakers and its worker; it steers nothing but
@@ -58,6 +68,13 @@ struct weft_spawn_opts;
 /* weft_spawn_opt on worker w (no argument checks): the new task's handle (see task_handle). */
 weft_task *task_spawn(struct worker *w, void (*fn)(void *), void *arg,
 		      const struct weft_spawn_opts *opts, void *spawned_at);
+/* The first half of task_spawn: a task ready to start but not yet runnable, its record (not
+ * a handle), or NULL with errno ENOMEM. The caller finishes it with task_start, or gives it up
+ * with task_discard. */
+weft_task *task_prepare(struct worker *w, void (*fn)(void *), void *arg,
+			const struct weft_spawn_opts *opts, void *spawned_at);
+void task_start(weft_task *t);
+void task_discard(weft_task *t);
 /* Entry point of every task (runs fn, then exits). */
 void task_main(void *task);
 /* Release a finished task's slot; called once it is off its CPU. The slot is reused once no
