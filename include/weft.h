@@ -169,12 +169,13 @@ int weft_worker_max(void);
 /*
  * Cancel t: its current blocking call and every later one return -ECANCELED (sleeping, joining,
  * channel and lock waits alike). The task decides how to wind up; nothing is unwound by force.
+ * The groups t owns (weft_group_new) are cancelled with it, down the tree.
  * Returns 0 (also for a task that has ended but is not joined yet); -EINVAL for NULL; -ESRCH
  * when t is gone (joined, or detached and ended), which is safe to ask at any time.
  */
 int weft_cancel(weft_task *t);
 
-/* Nonzero when the calling task has been cancelled. */
+/* Nonzero when the calling task has been cancelled (or its group's deadline has passed). */
 int weft_cancelled(void);
 
 /*

@@ -197,7 +197,7 @@ void group_disown(weft_task *t)
 		g->owned_next = g->owned_prev = NULL;
 		sync_unlock(&g->lock);
 	}
-	t->groups = NULL;
+	__atomic_store_n(&t->groups, NULL, __ATOMIC_RELAXED);
 	spin_unlock(&t->join_lock);
 }
 
@@ -223,7 +223,7 @@ weft_group *weft_group_new(int64_t deadline)
 	g->owned_next = t->groups;
 	if (t->groups)
 		t->groups->owned_prev = g;
-	t->groups = g;
+	__atomic_store_n(&t->groups, g, __ATOMIC_RELAXED);
 	spin_unlock(&t->join_lock);
 	return g;
 }
@@ -347,7 +347,7 @@ void weft_group_free(weft_group *g)
 			if (g->owned_prev)
 				g->owned_prev->owned_next = g->owned_next;
 			else
-				o->groups = g->owned_next;
+				__atomic_store_n(&o->groups, g->owned_next, __ATOMIC_RELAXED);
 			if (g->owned_next)
 				g->owned_next->owned_prev = g->owned_prev;
 			spin_unlock(&o->join_lock);

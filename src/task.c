@@ -117,7 +117,8 @@ weft_task *weft_spawn(void (*fn)(void *), void *arg)
 
 static void task_exit(weft_task *t, int result)
 {
-	if (t->groups)
+	/* Unlocked: only t adds to its list, others only take from it (weft_group_free). */
+	if (__atomic_load_n(&t->groups, __ATOMIC_RELAXED))
 		group_disown(t);
 	if (t->member)
 		group_leave(t, result);

@@ -42,7 +42,7 @@ struct weft_task {
 	struct wait *joiner;
 	int64_t parked_at;         /* coarse time of its last park (dumps) */
 	int64_t limit;             /* its group's deadline: cancelled from then on (wait.c) */
-	struct weft_group *groups; /* the groups it owns (group.c) */
+	struct weft_group *groups; /* the groups it owns (group.c); written under join_lock */
 	void *spawned_at;          /* return address in the code that spawned it (dumps) */
 	char name[32];
 	struct weft_group *group;  /* the group it is a member of, and its links there */

@@ -817,3 +817,42 @@ TEST(stress_owners_cancelled_while_spawning_waiting_and_ending)
 {
 	RUN(owners_main);
 }
+
+/* Groups freed by another task while their owners end: weft_group_free's step up to the owner
+ * (a trylock) against the owner's disowning, on every worker. */
+enum { HANDED = TEST_CAP(4000) / 2 };
+static weft_group *_Atomic handed[HANDED];
+
+static void make_and_hand_over(void *arg)
+{
+	int i = (int)(intptr_t)arg;
+	weft_group *g = weft_group_new(WEFT_FOREVER);
+	CHECK(g);
+	CHECK_EQ(weft_group_spawn(g, count_and_yield, NULL), 0);
+	atomic_store(&handed[i], g); /* and end, at about the time it is freed */
+}
+
+static int free_while_owner_ends(void *arg)
+{
+	(void)arg;
+	weft_spawn_opts det = { .detached = 1 };
+	for (int i = 0; i < HANDED; i++) {
+		CHECK(weft_spawn_opt(make_and_hand_over, (void *)(intptr_t)i, &det));
+		if (i % 8 == 7)
+			weft_yield();
+	}
+	for (int i = 0; i < HANDED; i++) {
+		weft_group *g;
+		while (!(g = atomic_load(&handed[i])))
+			weft_yield();
+		CHECK_EQ(weft_group_wait(g), 0);
+		weft_group_free(g);
+	}
+	CHECK_EQ(atomic_load(&ended), HANDED);
+	return 0;
+}
+
+TEST(stress_groups_freed_while_their_owners_end)
+{
+	RUN(free_while_owner_ends);
+}
