@@ -2,9 +2,20 @@
  * weft.h - the whole public API of weft, a runtime for very many lightweight tasks
  * multiplexed over one worker thread per core.
  *
- * Conventions (see docs/design.md):
- *  - Functions return 0 (or a non-negative count) on success and a negative errno value on
- *    failure. Constructors that return a handle return NULL and set errno.
+ * Conventions (see docs/design.md). Everything added to this header follows them; a few older
+ * names keep the spelling they had before the naming rule (channels: put/take wait as long as
+ * it takes, send/recv take a deadline, offer/poll never wait).
+ *  - Results: functions return 0 (or a non-negative count or index) on success and a negative
+ *    errno value on failure. Constructors that return a handle return NULL and set errno.
+ *  - Errors mean one thing each: -EINVAL an argument that can never be right (NULL, out of
+ *    range, a handle of the wrong kind); -ESRCH a task handle whose task is gone; -ETIMEDOUT
+ *    the deadline passed first; -ECANCELED the calling task is cancelled; -EAGAIN a call that
+ *    never waits would have had to; -EPIPE a closed channel; -ENOMEM, -EMSGSIZE as usual.
+ *  - Names: a call that may wait comes as NAME, which waits as long as it takes (and returns
+ *    -ECANCELED when the task is cancelled), and NAME_until, the same with an absolute deadline
+ *    as its last argument (weft_join / weft_join_until, weft_sem_wait / weft_sem_wait_until);
+ *    a variant that never waits prefixes the verb with try (weft_sem_trywait). Only weft_sleep
+ *    takes a duration, since a sleep is nothing but its time.
  *  - Time is int64_t nanoseconds on the monotonic clock of weft_now(). Blocking calls take an
  *    absolute deadline; WEFT_FOREVER never expires; a deadline already past means "do not
  *    block".
@@ -104,13 +115,21 @@ weft_task *weft_spawn(void (*fn)(void *), void *arg);
 weft_task *weft_spawn_opt(void (*fn)(void *), void *arg, const weft_spawn_opts *opts);
 
 /*
+ * A handle names one task for good: a task's memory is reused by later spawns once it has
+ * been joined (or, detached, has ended), but the handle carries a generation, and every call
+ * on a handle whose task is gone returns -ESRCH (weft_task_id 0) instead of acting on the task
+ * that took its place. (The generation has 22 bits: a handle is mistaken for a live one only
+ * if its task's memory has been reused a multiple of 4,194,304 times since.)
+ *
  * Wait for t to finish and release it. Returns 0; -EINVAL for NULL, a detached task, joining
- * oneself, a task another caller is already joining, or a handle already joined; -ECANCELED if
- * the caller was cancelled while waiting (t stays joinable). A joined handle's memory is reused
- * by later spawns: once a newer task has taken it over, joining the old handle again is
- * undefined, as with pthread_join.
+ * oneself, or a task another caller is already joining; -ESRCH when t is gone (joined
+ * already); -ECANCELED if the caller was cancelled while waiting (t stays joinable).
  */
 int weft_join(weft_task *t);
+
+/* weft_join, waiting until the deadline at most: -ETIMEDOUT when t has not finished by then
+ * (t stays joinable; a deadline already past only looks). Other results as weft_join. */
+int weft_join_until(weft_task *t, int64_t deadline);
 
 /* Let the other runnable tasks of this worker run. From a plain thread: sched_yield(). */
 void weft_yield(void);
@@ -121,13 +140,19 @@ void weft_yield(void);
  */
 int weft_sleep_until(int64_t deadline);
 
+/* Sleep for ns nanoseconds from now (0 or less: do not sleep): weft_sleep_until(weft_now() +
+ * ns), the one call that takes a duration (see the naming rule above). 0, or -ECANCELED. */
+int weft_sleep(int64_t ns);
+
 /* Run n tasks of fn(arg) and return when all have finished: 0, or -EINVAL (n <= 0, fn NULL). */
 int weft_execute(int n, void (*fn)(void *), void *arg);
 
-/* The calling task, or NULL on a thread that is not running a weft task. */
+/* The calling task (the handle weft_spawn returned for it), or NULL on a thread that is not
+ * running a weft task. */
 weft_task *weft_self(void);
 
-/* The task's id (unique for the process, > 0) and name. */
+/* The task's id (unique for the process, > 0) and name; 0 and "" for NULL or a task that is
+ * gone. The name is valid until the task is joined (a detached task's, until it ends). */
 uint64_t weft_task_id(const weft_task *t);
 const char *weft_task_name(const weft_task *t);
 
@@ -144,11 +169,13 @@ int weft_worker_max(void);
 /*
  * Cancel t: its current blocking call and every later one return -ECANCELED (sleeping, joining,
  * channel and lock waits alike). The task decides how to wind up; nothing is unwound by force.
- * Returns 0 or -EINVAL. t must not have been joined yet.
+ * The groups t owns (weft_group_new) are cancelled with it, down the tree.
+ * Returns 0 (also for a task that has ended but is not joined yet); -EINVAL for NULL; -ESRCH
+ * when t is gone (joined, or detached and ended), which is safe to ask at any time.
  */
 int weft_cancel(weft_task *t);
 
-/* Nonzero when the calling task has been cancelled. */
+/* Nonzero when the calling task has been cancelled (or its group's deadline has passed). */
 int weft_cancelled(void);
 
 /*
@@ -199,6 +226,83 @@ typedef struct weft_wait_stats {
  * weft_run starts; WEFT_STATS=1 prints this table beside the workers' at exit.
  */
 int weft_stats_waits(weft_wait_stats *out, int max);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Task groups                                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * A task group (Go's errgroup, Trio's nursery, libdill's bundle) answers for the tasks spawned
+ * into it, its members, together: wait for all of them, cancel all of them, keep the first
+ * error.
+ *
+ *     weft_group *g = weft_group_new(WEFT_FOREVER);
+ *     for (int i = 0; i < n; i++)
+ *             weft_group_spawn(g, worker, &job[i]);
+ *     int err = weft_group_wait(g);         -- 0, or the first failing member's result
+ *     weft_group_free(g);
+ *
+ *  - A member runs int fn(void *arg): 0 is success, anything else (a negative errno, by the
+ *    conventions above) failure. The first failure becomes the group's error and cancels the
+ *    group: the other members are cancelled, later spawns refused.
+ *  - Cancelling a group cancels each member as weft_cancel does, and every group a member
+ *    owns, down the whole tree.
+ *  - A group is owned by the task that made it, and weft_cancel of a task cancels the groups it
+ *    owns: a closer that is cancelled takes its workers down with it. When the owner ends
+ *    first, the group has no owner from then on (its members go on); a group made on a plain
+ *    thread has none.
+ *  - A deadline: from the group's deadline on its members count as cancelled: a blocking call
+ *    returns -ECANCELED once it passes (one waiting then is woken at it), and weft_cancelled()
+ *    says so. A group takes the earlier of its own deadline and its maker's (the deadline of
+ *    the group the making task is a member of), so deadlines nest.
+ *  - Members are detached: there is nothing to join, and each one's memory is released as it
+ *    ends.
+ */
+typedef struct weft_group weft_group;
+
+/*
+ * A new group, owned by the calling task (by nobody on a plain thread), whose members are
+ * cancelled from `deadline` on (WEFT_FOREVER: never; see above for the maker's deadline). A
+ * group made by a task already cancelled starts cancelled. NULL with errno ENOMEM.
+ */
+weft_group *weft_group_new(int64_t deadline);
+
+/*
+ * Spawn fn(arg) as a member of g. From a task, as weft_spawn; opts as for weft_spawn_opt
+ * (detached must be 0: members always are). Returns 0; -ECANCELED when g is cancelled or its
+ * deadline has passed (nothing was spawned); -EINVAL (g or fn NULL, a stack too small, detached
+ * set, called outside a task); -ENOMEM.
+ */
+int weft_group_spawn(weft_group *g, int (*fn)(void *), void *arg);
+int weft_group_spawn_opt(weft_group *g, int (*fn)(void *), void *arg, const weft_spawn_opts *opts);
+
+/*
+ * Wait until every member of g has ended. Returns g's error (the first non-zero result of a
+ * member; after a cancel, usually that of a member that gave up with -ECANCELED), or 0 if every
+ * member returned 0; -EINVAL for NULL. The owner's wait is not cut short by its own
+ * cancellation: cancelling the owner cancels the group, and its wait goes on until the members
+ * have ended, so that none outlives it (a member that ignores cancellation holds it; bound it
+ * with weft_group_wait_until). Any other task waiting returns -ECANCELED when cancelled. Any
+ * number of tasks and threads may wait at once.
+ */
+int weft_group_wait(weft_group *g);
+
+/* weft_group_wait until the deadline at most: -ETIMEDOUT when members remain then (they go on;
+ * wait again, or cancel). */
+int weft_group_wait_until(weft_group *g, int64_t deadline);
+
+/* Cancel every member of g and every group they own; spawns into g return -ECANCELED from now
+ * on. Returns 0, or -EINVAL for NULL. A second cancel does nothing more. */
+int weft_group_cancel(weft_group *g);
+
+/* The number of members that have not ended yet (a snapshot; 0 for NULL). */
+size_t weft_group_len(const weft_group *g);
+
+/*
+ * Release g. It must have no members left (wait first): weft prints "weft: weft_group_free on
+ * a group with N members" and aborts otherwise. NULL does nothing.
+ */
+void weft_group_free(weft_group *g);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Channels                                                                                   */

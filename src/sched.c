@@ -826,7 +826,7 @@ void sched_move(int to)
 weft_task *weft_self(void)
 {
 	struct worker *w = worker_self();
-	return w ? w->cur : NULL;
+	return w && w->cur ? task_handle(w->cur) : NULL;
 }
 
 /* ---- the idle loop ----------------------------------------------------------------------- */

@@ -51,7 +51,7 @@
  *
  * Odd-sized stacks get a mapping of their own, kept on a global free list for the next spawn
  * of the same size. No slot is unmapped before weft_run ends, so a stale task handle still
- * points at readable memory (weft_join uses this to reject a handle already joined).
+ * points at readable memory (task.c reads the generation there to reject it).
  */
 #define _GNU_SOURCE
 #include "stack.h"
@@ -307,7 +307,7 @@ static void spill(struct stack_cache *c)
 }
 
 /* Start loading the record of the slot to be handed out STACK_PREFETCH spawns from now, which
- * task_spawn writes whole: its lines (a task's record is four), and the top of the stack below
+ * task_spawn writes whole: its lines (a task's record is five), and the top of the stack below
  * them. Only for slots from the depot: those this worker put back are still in its cache.
  * Always inlined: gcc 12 finds a function that only prefetches free of side effects, and drops
  * the call. */
@@ -319,8 +319,8 @@ static inline __attribute__((always_inline)) void prefetch_ahead(struct stack_ca
 	if (c->n < STACK_PREFETCH)
 		return;
 	const char *r = (const char *)c->slot[c->n - STACK_PREFETCH];
-#pragma GCC unroll 5
-	for (int l = -1; l < 4; l++)
+#pragma GCC unroll 6
+	for (int l = -1; l < 5; l++)
 		__builtin_prefetch(r + 64 * l, 1);
 }
 
@@ -354,8 +354,8 @@ void stack_put(struct stack_cache *c, struct stack *s)
 	if (g.valgrind)
 		VALGRIND_STACK_DEREGISTER(s->valgrind_id);
 #endif
-	/* Marks the record free (stack_each_live, weft_join). Atomic: a stale handle may be read
-	 * by weft_join on another thread at any time. */
+	/* Marks the record free (stack_each_live). Atomic: the dump reads it from other threads
+	 * at any time. */
 	__atomic_store_n(&s->size, 0, __ATOMIC_RELAXED);
 	if (!s->pooled) {
 		pthread_mutex_lock(&g.lock);

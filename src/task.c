@@ -1,38 +1,64 @@
 /*
- * task.c - the life of a task: spawn, run, exit, join, cancel; weft_execute.
+ * task.c - the life of a task: spawn, run, exit, join, cancel, sleep; weft_execute.
  *
  * A task's record sits at the top of its own stack slot (stack.c), so spawning takes a slot
  * from the worker's cache, writes the record and the first frame, and queues the task: no
  * allocation, no lock. A joinable task's slot is released by weft_join once the task is off
  * its CPU; a detached task's by the context that switches in after it exits.
+ *
+ * Handles. Slots are reused, so a handle kept after its task was joined (or after a detached
+ * task ended) would name whatever task took the slot next. Each record therefore keeps `ref`,
+ * a generation bumped whenever its slot is freed, and a handle carries the generation it was
+ * made at (task.h: in the address bits a record leaves zero). A call on a handle whose
+ * generation is not the record's returns -ESRCH. Checking is not enough for a caller that then
+ * acts on the record while its task may end and the slot be taken over (weft_cancel of a
+ * detached task): such callers pin the record, a count in the same word, and a release that
+ * finds pins marks the record RELEASING instead and leaves the freeing to the last unpin.
+ * Pins are held for a few instructions, never across a wait. weft_join takes none: only the
+ * joiner frees a joinable task, and `ref` also says whether the task is detached, so a join
+ * reads nothing else of a record that may be freed under it (two callers joining one task at
+ * once remain a misuse, as with pthread_join). The generation has TASK_GEN_BITS
+ * (22) bits: a handle is taken for a live one only if its slot was reused a multiple of 2^22
+ * times since. Rejected: handles as indexes into a table of (slot, generation) pairs, which
+ * would cost a lookup in every call and a table to grow; a reference count that keeps the slot
+ * until every handle is dropped, which C handles cannot tell us.
  */
 #define _GNU_SOURCE
 #include "task.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "group.h"
 #include "sanitizer.h"
 #include "sched.h"
 #include "trace.h"
 #include "weft.h"
 
-weft_task *task_spawn(struct worker *w, void (*fn)(void *), void *arg,
-		      const struct weft_spawn_opts *opts, void *spawned_at)
+weft_task *task_prepare(struct worker *w, void (*fn)(void *), void *arg,
+			const struct weft_spawn_opts *opts, void *spawned_at)
 {
 	struct stack *s = stack_get(&w->stacks, opts ? opts->stack_size : 0);
 	if (!s)
 		return NULL;
 	weft_task *t = (weft_task *)s;
-	memset((char *)t + sizeof t->stk, 0, sizeof *t - sizeof t->stk);
+	/* Not ref: stale handles may be reading it (see "Handles"). */
+	memset(&t->cancelled, 0, sizeof *t - offsetof(weft_task, cancelled));
 	t->fn = fn;
 	t->arg = arg;
 	t->id = sched_new_id(w);
 	t->wait.task = t;
 	t->timer.idx = -1;
+	t->limit = WEFT_FOREVER;
 	t->detached = opts && opts->detached;
+	/* The slot is free: no pin can be taken on it, since every handle to it is stale. */
+	uint32_t ref = atomic_load_explicit(&t->ref, memory_order_relaxed);
+	atomic_store_explicit(&t->ref, (ref & ~(TASK_PINS | TASK_RELEASING | TASK_DETACHED)) |
+						(t->detached ? TASK_DETACHED : 0),
+			      memory_order_relaxed);
 	t->spawned_at = spawned_at;
 	const char *name = opts && opts->name ? opts->name : "task";
 	size_t len = strnlen(name, sizeof t->name - 1);
@@ -41,10 +67,31 @@ weft_task *task_spawn(struct worker *w, void (*fn)(void *), void *arg,
 #ifdef WEFT_TSAN
 	t->tsan_fiber = __tsan_create_fiber(0);
 #endif
+	return t;
+}
+
+void task_start(weft_task *t)
+{
+	struct worker *w = worker_self();
 	counter_inc(&w->spawned);
 	trace_spawn(t);
 	sched_ready_tail(t);
-	return t;
+}
+
+void task_discard(weft_task *t)
+{
+	task_release(t);
+}
+
+weft_task *task_spawn(struct worker *w, void (*fn)(void *), void *arg,
+		      const struct weft_spawn_opts *opts, void *spawned_at)
+{
+	weft_task *t = task_prepare(w, fn, arg, opts, spawned_at);
+	if (!t)
+		return NULL;
+	weft_task *h = task_handle(t); /* before it may run, end and free the slot */
+	task_start(t);
+	return h;
 }
 
 static weft_task *spawn_checked(void (*fn)(void *), void *arg, const weft_spawn_opts *opts,
@@ -68,9 +115,14 @@ weft_task *weft_spawn(void (*fn)(void *), void *arg)
 	return spawn_checked(fn, arg, NULL, __builtin_return_address(0));
 }
 
-static void task_exit(weft_task *t)
+static void task_exit(weft_task *t, int result)
 {
-	if (!t->detached) {
+	/* Unlocked: only t adds to its list, others only take from it (weft_group_free). */
+	if (__atomic_load_n(&t->groups, __ATOMIC_RELAXED))
+		group_disown(t);
+	if (t->member)
+		group_leave(t, result);
+	else if (!t->detached) {
 		spin_lock(&t->join_lock);
 		t->done = true;
 		if (t->joiner)
@@ -85,11 +137,22 @@ void task_main(void *p)
 {
 	weft_task *t = p;
 	sched_finish_switch();
-	t->fn(t->arg);
-	task_exit(t);
+	int result = 0;
+	if (t->member)
+		result = t->member_fn(t->arg);
+	else
+		t->fn(t->arg);
+	task_exit(t, result);
 }
 
-void task_release(weft_task *t)
+/* ---- handles (see the top of this file) ---------------------------------------------- */
+
+static uint32_t next_generation(uint32_t ref)
+{
+	return ((ref >> TASK_GEN_SHIFT) + 1) << TASK_GEN_SHIFT;
+}
+
+static void slot_free(weft_task *t)
 {
 #ifdef WEFT_TSAN
 	__tsan_destroy_fiber(t->tsan_fiber);
@@ -98,13 +161,65 @@ void task_release(weft_task *t)
 	stack_put(w ? &w->stacks : NULL, &t->stk);
 }
 
-int weft_join(weft_task *t)
+/* Free t's slot, or leave that to the last pin. */
+void task_release(weft_task *t)
 {
-	/* stk.size == 0: the slot is free, the handle was joined (or detached and has exited). */
-	if (!t || __atomic_load_n(&t->stk.size, __ATOMIC_RELAXED) == 0 || t->detached ||
-	    t == weft_self())
+	uint32_t r = atomic_load_explicit(&t->ref, memory_order_relaxed), next;
+	do
+		next = r & TASK_PINS ? r | TASK_RELEASING : next_generation(r);
+	while (!atomic_compare_exchange_weak_explicit(&t->ref, &r, next, memory_order_acq_rel,
+						      memory_order_relaxed));
+	if (!(r & TASK_PINS))
+		slot_free(t);
+}
+
+weft_task *task_pin(const weft_task *h)
+{
+	uint32_t gen;
+	weft_task *t = task_record(h, &gen);
+	uint32_t r = atomic_load_explicit(&t->ref, memory_order_relaxed);
+	for (;;) {
+		if (task_gen(r) != gen || (r & TASK_RELEASING))
+			return NULL;
+		if ((r & TASK_PINS) == TASK_PINS) { /* hundreds of callers at once: wait for one */
+			cpu_relax();
+			r = atomic_load_explicit(&t->ref, memory_order_relaxed);
+			continue;
+		}
+		if (atomic_compare_exchange_weak_explicit(&t->ref, &r, r + 1, memory_order_acquire,
+							  memory_order_relaxed))
+			return t;
+	}
+}
+
+void task_unpin(weft_task *t)
+{
+	uint32_t r = atomic_fetch_sub_explicit(&t->ref, 1, memory_order_acq_rel);
+	if ((r & TASK_PINS) == 1 && (r & TASK_RELEASING)) { /* its release waited for us */
+		atomic_store_explicit(&t->ref, next_generation(r), memory_order_release);
+		slot_free(t);
+	}
+}
+
+/* ---- join and cancel --------------------------------------------------------------------- */
+
+int weft_join_until(weft_task *h, int64_t deadline)
+{
+	if (!h)
+		return -EINVAL;
+	uint32_t gen;
+	weft_task *t = task_record(h, &gen);
+	uint32_t ref = atomic_load_explicit(&t->ref, memory_order_acquire);
+	if (task_gen(ref) != gen || (ref & TASK_RELEASING))
+		return -ESRCH;
+	struct worker *self = worker_self();
+	if ((ref & TASK_DETACHED) || (self && t == self->cur))
 		return -EINVAL;
 	spin_lock(&t->join_lock);
+	if (t->joined) { /* another caller joined it meanwhile: gone, or about to be */
+		spin_unlock(&t->join_lock);
+		return -ESRCH;
+	}
 	if (!t->done) {
 		if (t->joiner) {
 			spin_unlock(&t->join_lock);
@@ -113,8 +228,10 @@ int weft_join(weft_task *t)
 		struct wait *w = wait_begin("join", t);
 		t->joiner = w;
 		spin_unlock(&t->join_lock);
-		int r = wait_park(w, WEFT_FOREVER);
+		int r = wait_park(w, deadline);
 		if (r < 0) {
+			/* Timed out or cancelled: t stays joinable. The exiting task claims the
+			 * wait under join_lock, so once we hold it nobody touches w any more. */
 			spin_lock(&t->join_lock);
 			if (t->joiner == w)
 				t->joiner = NULL;
@@ -123,6 +240,7 @@ int weft_join(weft_task *t)
 		}
 		spin_lock(&t->join_lock);
 	}
+	t->joined = true;
 	spin_unlock(&t->join_lock);
 	/* It has exited but may still be switching away from its stack. */
 	while (atomic_load_explicit(&t->on_cpu, memory_order_acquire))
@@ -131,29 +249,55 @@ int weft_join(weft_task *t)
 	return 0;
 }
 
-int weft_cancel(weft_task *t)
+int weft_join(weft_task *t)
 {
-	if (!t)
+	return weft_join_until(t, WEFT_FOREVER);
+}
+
+int weft_cancel(weft_task *h)
+{
+	if (!h)
 		return -EINVAL;
-	atomic_store(&t->cancelled, 1);
-	wait_cancel(t);
+	weft_task *t = task_pin(h);
+	if (!t)
+		return -ESRCH;
+	group_cancel_task(t);
+	task_unpin(t);
 	return 0;
 }
 
 int weft_cancelled(void)
 {
-	weft_task *t = weft_self();
-	return t ? atomic_load(&t->cancelled) : 0;
+	struct worker *w = worker_self();
+	weft_task *t = w ? w->cur : NULL;
+	if (!t)
+		return 0;
+	if (atomic_load(&t->cancelled))
+		return 1;
+	if (t->limit != WEFT_FOREVER && weft_now() >= t->limit) { /* its group's deadline */
+		atomic_store(&t->cancelled, 1);
+		return 1;
+	}
+	return 0;
 }
 
-uint64_t weft_task_id(const weft_task *t)
+uint64_t weft_task_id(const weft_task *h)
 {
-	return t ? t->id : 0;
+	weft_task *t = h ? task_pin(h) : NULL;
+	if (!t)
+		return 0;
+	uint64_t id = t->id;
+	task_unpin(t);
+	return id;
 }
 
-const char *weft_task_name(const weft_task *t)
+const char *weft_task_name(const weft_task *h)
 {
-	return t ? t->name : "";
+	weft_task *t = h ? task_pin(h) : NULL;
+	if (!t)
+		return "";
+	task_unpin(t); /* the name stays in the record until the task is joined */
+	return t->name;
 }
 
 int weft_sleep_until(int64_t deadline)
@@ -166,6 +310,12 @@ int weft_sleep_until(int64_t deadline)
 	}
 	int r = wait_sleep(wait_begin("sleep", NULL), deadline);
 	return r == -ETIMEDOUT ? 0 : r;
+}
+
+int weft_sleep(int64_t ns)
+{
+	int64_t now = weft_now();
+	return weft_sleep_until(ns <= 0 ? 0 : ns > WEFT_FOREVER - now ? WEFT_FOREVER : now + ns);
 }
 
 /* ---- weft_execute: n tasks of one function, and wait for all --------------------------- */

@@ -94,13 +94,9 @@ static int park_thread(struct wait *w, int64_t deadline)
 /* exact: a deadline already past ends the wait without parking. Otherwise only one before the
  * coarse clock does (no clock read); a later one that has passed all the same is filed, and
  * expires at the worker's next look at its wheel. */
-static int park_task(struct wait *w, int64_t deadline, bool exact)
+static inline __attribute__((always_inline)) int park_until(struct wait *w, weft_task *t,
+							     int64_t deadline, bool exact)
 {
-	weft_task *t = w->task;
-	if (atomic_load(&t->cancelled) &&
-	    atomic_load_explicit(&w->state, memory_order_relaxed) == WAIT_PARKED &&
-	    settle(w, -ECANCELED))
-		return -ECANCELED;
 	if (deadline != WEFT_FOREVER) {
 		int64_t now = exact ? weft_now()
 				    : atomic_load_explicit(&sched_coarse_now, memory_order_relaxed);
@@ -125,6 +121,32 @@ static int park_task(struct wait *w, int64_t deadline, bool exact)
 	else if (t->timer.wheel) /* only we set it: no lock to look */
 		timer_del(&t->timer);
 	return r;
+}
+
+/* A cancellable wait of a task whose limit (its group's deadline, task.h) comes before the
+ * wait's own deadline waits until the limit, and ends there with -ECANCELED: from then on the
+ * task counts as cancelled. Out of line, so that the common path keeps nothing more live
+ * across the switch. */
+static __attribute__((noinline)) int park_limited(struct wait *w, weft_task *t, bool exact)
+{
+	int r = park_until(w, t, t->limit, exact);
+	if (r != -ETIMEDOUT)
+		return r;
+	atomic_store(&t->cancelled, 1);
+	return -ECANCELED;
+}
+
+static int park_task(struct wait *w, int64_t deadline, bool exact)
+{
+	weft_task *t = w->task;
+	if (atomic_load(&t->cancelled) &&
+	    atomic_load_explicit(&w->state, memory_order_relaxed) == WAIT_PARKED &&
+	    settle(w, -ECANCELED))
+		return -ECANCELED;
+	if (__builtin_expect(t->limit < deadline, 0) &&
+	    atomic_load_explicit(&w->state, memory_order_relaxed) == WAIT_PARKED)
+		return park_limited(w, t, exact);
+	return park_until(w, t, deadline, exact);
 }
 
 int wait_park(struct wait *w, int64_t deadline)
@@ -172,22 +194,13 @@ void wait_finish_on(struct wait *w, int result, int home)
 	sched_ready_on(t, home);
 }
 
-static bool cancel_parked(weft_task *t)
+bool wait_cancel_parked(weft_task *t)
 {
 	uint32_t expect = WAIT_PARKED;
 	if (!atomic_compare_exchange_strong(&t->wait.state, &expect, WAIT_CLAIMED))
 		return false;
 	wait_finish(&t->wait, -ECANCELED);
 	return true;
-}
-
-/* After weft_cancel has stored `cancelled` (see arm above). */
-void wait_cancel(weft_task *t)
-{
-	if (cancel_parked(t) || !asym_on())
-		return;
-	asym_heavy_retry();
-	cancel_parked(t);
 }
 
 /* Deadlines: the timer is the task's own (task.h). */

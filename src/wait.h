@@ -82,8 +82,11 @@ static inline bool wait_wake(struct wait *w, int result)
 	return true;
 }
 
-/* Cancel t's current wait, if it has one that may be cancelled (weft_cancel). */
-void wait_cancel(weft_task *t);
+/* Cancel t's current wait if it is parked in one that may be cancelled; false when it is not
+ * (running, runnable, or in a wait that must not be interrupted). Called after storing t's
+ * `cancelled`; a false answer needs the heavy half of the fence described at the top of
+ * wait.c before asking again (group.c does that for weft_cancel). */
+bool wait_cancel_parked(weft_task *t);
 
 /* Expire the deadlines due in h: their tasks resume with -ETIMEDOUT. Returns how many. With
  * `try`, does nothing when another worker holds h's lock (timer_expire). */

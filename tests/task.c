@@ -349,7 +349,8 @@ static weft_chan *slots_release;
 static void slot_holder(void *arg)
 {
 	long i = (long)(intptr_t)arg;
-	weft_task *self = weft_self();
+	uint32_t gen;
+	weft_task *self = task_record(weft_self(), &gen); /* the record, not the handle */
 	char here;
 	CHECK(&here > (char *)self->stk.lo && &here < (char *)self);
 	slot_self[i] = self;
@@ -465,6 +466,11 @@ static int nested(void *arg)
 	return 0;
 }
 
+static void take_until_closed(void *chan)
+{
+	CHECK_EQ(weft_chan_take(chan, NULL, 0), -EPIPE);
+}
+
 static int bad_input(void *arg)
 {
 	(void)arg;
@@ -479,18 +485,22 @@ static int bad_input(void *arg)
 	CHECK_EQ(weft_join(NULL), -EINVAL);
 	CHECK_EQ(weft_join(weft_self()), -EINVAL);
 	weft_spawn_opts det = { .detached = 1 };
-	weft_task *d = weft_spawn_opt(nothing, NULL, &det);
+	weft_chan *hold = weft_chan_new(0, 1);
+	weft_task *d = weft_spawn_opt(take_until_closed, hold, &det);
 	CHECK(d);
-	CHECK_EQ(weft_join(d), -EINVAL); /* before it runs: still a detached handle */
-	weft_yield();
-	CHECK_EQ(weft_join(d), -EINVAL); /* after it has exited */
+	CHECK_EQ(weft_join(d), -EINVAL); /* alive: a detached handle */
+	weft_chan_close(hold);
+	for (int64_t end = weft_now() + 5000 * MS; weft_task_id(d) && weft_now() < end;)
+		weft_yield(); /* until it has ended */
+	CHECK_EQ(weft_join(d), -ESRCH); /* ended: the handle names no task */
+	weft_chan_free(hold);
 	weft_task *j = weft_spawn(nothing, NULL);
 	CHECK_EQ(weft_join(j), 0);
-	CHECK_EQ(weft_join(j), -EINVAL); /* joined already */
+	CHECK_EQ(weft_join(j), -ESRCH); /* joined already */
 	weft_spawn_opts odd = { .stack_size = 100 * 1024 };
 	j = weft_spawn_opt(nothing, NULL, &odd);
 	CHECK_EQ(weft_join(j), 0);
-	CHECK_EQ(weft_join(j), -EINVAL); /* odd-sized stacks too */
+	CHECK_EQ(weft_join(j), -ESRCH); /* odd-sized stacks too */
 	CHECK_EQ(weft_run(nested, NULL), -EBUSY);
 	return 0;
 }
