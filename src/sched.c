@@ -505,8 +505,10 @@ static __attribute__((noinline)) void give(struct worker *w)
 	 * The ask stays; should we hold on to that task past STALL_NS, the thief steals it. */
 	if (runq_len(&w->q) < 2)
 		return;
-	/* An ask still out is one its asker has not withdrawn: it is still looking for work. */
-	uint32_t who = atomic_exchange_explicit(&w->asked, 0, memory_order_relaxed);
+	/* An ask still out is one its asker has not withdrawn: it is still looking for work.
+	 * Acquire, against the asker's release: the asker may be a spare whose record the monitor
+	 * made after this worker last looked at S.n. */
+	uint32_t who = atomic_exchange_explicit(&w->asked, 0, memory_order_acquire);
 	weft_task *batch[RUNQ_SIZE / 2];
 	uint32_t got = who ? runq_grab(&w->q, batch, RUNQ_SIZE / 2) : 0;
 	if (!got)
@@ -951,7 +953,9 @@ static weft_task *global_take(struct worker *w)
 	if (!atomic_load_explicit(&S.gq_n, memory_order_relaxed))
 		return NULL;
 	int home = atomic_load_explicit(&sched_gather_on, memory_order_relaxed);
-	if (w->id != home && gathering() && !stalled(w, S.w[home])) {
+	/* the home may be a spare started since: its record is ours to read once S.n says so */
+	if (w->id != home && home < atomic_load_explicit(&S.n, memory_order_acquire) &&
+	    gathering() && !stalled(w, S.w[home])) {
 		w->declined = true;
 		return NULL;
 	}
@@ -984,7 +988,7 @@ static bool ask(struct worker *w, struct worker *v)
 	if (!who) {
 		atomic_store(&w->looking, true); /* before v can answer */
 		if (atomic_compare_exchange_strong_explicit(&v->asked, &who, (uint32_t)w->id + 1,
-							    memory_order_relaxed,
+							    memory_order_release,
 							    memory_order_relaxed)) {
 			atomic_store_explicit(&v->asked_at, now, memory_order_relaxed);
 			w->ask_until = now + STALL_NS; /* to take the answer, or steal */
