@@ -104,14 +104,9 @@ weft.pc $(B)/weft.pc: Makefile
 
 $(B)/tests/%: tests/%.c tests/test.c tests/test.h $(B)/libweft.a | $(B)/tests
 	$(CC) $(CFLAGS) -Itests $(LDFLAGS) -o $@ $< tests/test.c $(B)/libweft.a $(LDLIBS)
-# Tests of the shim link to libweft.so, as programs that use the shim must. They run sqlite
-# where its header is installed (native builds), and skip that test elsewhere.
-ifeq ($(ARCH)$(wildcard /usr/include/sqlite3.h),/usr/include/sqlite3.h)
-SHIM_SQLITE := -DWEFT_TEST_SQLITE
-SHIM_SQLITE_LIBS := -lsqlite3
-endif
+# Tests of the shim link to libweft.so, as programs that use the shim must.
 $(B)/tests/shim: tests/shim.c tests/test.c tests/test.h $(B)/libweft.so $(B)/libweft-shim.so | $(B)/tests
-	$(CC) $(CFLAGS) $(SHIM_SQLITE) -Itests $(LDFLAGS) -o $@ $< tests/test.c -L$(B) -lweft -Wl,-rpath,'$$ORIGIN/..' $(SHIM_SQLITE_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) -Itests $(LDFLAGS) -o $@ $< tests/test.c -L$(B) -lweft -Wl,-rpath,'$$ORIGIN/..' $(LDLIBS)
 $(B)/bench/http: bench/http.c bench/bench.h $(B)/bin/hello-http | $(B)/bench
 	$(CC) $(CFLAGS) -Ibench $(LDFLAGS) -o $@ $< $(LDLIBS)
 $(B)/bench/%: bench/%.c bench/bench.h $(B)/libweft.a | $(B)/bench

@@ -16,3 +16,13 @@ $(B)/tests/liblockheld.so: tests/shimlib/lockheld.c tests/shimlib/lockheld.h | $
 	$(CC) $(CFLAGS) -shared $(LDFLAGS) -o $@ $< $(LDLIBS)
 $(B)/tests/shim-locks: tests/shimlib/locks.c tests/shimlib/lockheld.h tests/test.c tests/test.h $(B)/libweft.so $(B)/libweft-shim.so $(B)/tests/liblockheld.so | $(B)/tests
 	$(CC) $(CFLAGS) -Itests $(LDFLAGS) -o $@ $< tests/test.c -L$(B) -L$(B)/tests -lweft -llockheld -Wl,-rpath,'$$ORIGIN/..' -Wl,-rpath,'$$ORIGIN' $(LDLIBS)
+
+# sqlite (tests/shimlib/sqlite.c): built with it where its header is installed (native builds),
+# and skipped elsewhere.
+TESTS += $(B)/tests/shim-sqlite
+ifeq ($(ARCH)$(wildcard /usr/include/sqlite3.h),/usr/include/sqlite3.h)
+SHIM_SQLITE := -DWEFT_TEST_SQLITE
+SHIM_SQLITE_LIBS := -lsqlite3
+endif
+$(B)/tests/shim-sqlite: tests/shimlib/sqlite.c tests/test.c tests/test.h $(B)/libweft.so $(B)/libweft-shim.so | $(B)/tests
+	$(CC) $(CFLAGS) $(SHIM_SQLITE) -Itests $(LDFLAGS) -o $@ $< tests/test.c -L$(B) -lweft -Wl,-rpath,'$$ORIGIN/..' $(SHIM_SQLITE_LIBS) $(LDLIBS)

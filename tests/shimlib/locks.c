@@ -6,7 +6,7 @@
  * thread in libc; the monitor gives the tasks queued behind it to another thread.
  *
  * liblockheld.so (lockheld.c) is code written for threads that holds a mutex across usleep and
- * read, as sqlite holds its connection's across its busy handler's sleep; tests/shim.c runs
+ * read, as sqlite holds its connection's across its busy handler's sleep; sqlite.c runs
  * sqlite itself. Each test runs a child of this binary with the shim preloaded.
  */
 #define _GNU_SOURCE
