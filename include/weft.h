@@ -161,7 +161,8 @@ const char *weft_task_name(const weft_task *t);
  * thread that is not a weft worker. A task may move to another worker at any blocking call or
  * yield, so the index is only good for choosing a per-worker cache (of memory, of counters)
  * that is then used without blocking. weft_worker_max() is fixed for the whole of weft_run
- * (it counts the spare workers started when one is stuck) and is 0 outside it.
+ * (it counts the spare workers the monitor may start when workers are held in blocking calls:
+ * $WEFT_MAX_SPARES, by default 10,000) and is 0 outside it.
  */
 int weft_worker_id(void);
 int weft_worker_max(void);

@@ -45,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "affinity.h"
@@ -68,6 +69,7 @@
 #define PREFETCH_AHEAD 3    /* see prefetch_next(); below PREFETCH_QUEUE */
 #define STUCK_NS 10000000   /* a worker on one task this long with work queued is stuck;
 			     * above an OS time slice, so a preempted worker does not count */
+#define BLOCKED_NS 1000000  /* and this long when its thread is blocked in the kernel */
 #define STALL_NS 10000      /* see steal() */
 #define SPIN_NS 20000       /* an idle worker looks for work up to this long before sleeping */
 #define SPIN_MIN_NS 1250    /* and at least this long: see worker_loop() */
@@ -80,7 +82,9 @@ static struct {
 	atomic_int n;                 /* workers running (grows when the monitor starts a spare) */
 	int nominal;                  /* the first n_cores: the rest are spares */
 	int64_t standby_ns;           /* see STANDBY_NS */
-	int cap;                      /* workers allocated: the first n_cores, then spares */
+	int cap;                      /* workers there may be: the first n_cores, then spares
+				       * (max_spares()); records made as they start */
+	bool capped;                  /* the monitor said it could start no more spares */
 	struct worker **w;
 	pthread_mutex_t gq_lock;
 	weft_task **gq;               /* the global queue: a ring of gq_cap (a power of two) */
@@ -201,7 +205,8 @@ static weft_task *global_pop(struct worker *w)
 	uint32_t room = RUNQ_SIZE - runq_len(&w->q), n;
 	pthread_mutex_lock(&S.gq_lock);
 	uint32_t len = (uint32_t)atomic_load_explicit(&S.gq_n, memory_order_relaxed);
-	n = len / (uint32_t)S.n + 1;
+	int working = atomic_load(&S.n) - atomic_load(&S.nstandby); /* spares in standby take none */
+	n = len / (uint32_t)(working > 1 ? working : 1) + 1;
 	if (n > len)
 		n = len;
 	if (n > room + 1)
@@ -500,8 +505,10 @@ static __attribute__((noinline)) void give(struct worker *w)
 	 * The ask stays; should we hold on to that task past STALL_NS, the thief steals it. */
 	if (runq_len(&w->q) < 2)
 		return;
-	/* An ask still out is one its asker has not withdrawn: it is still looking for work. */
-	uint32_t who = atomic_exchange_explicit(&w->asked, 0, memory_order_relaxed);
+	/* An ask still out is one its asker has not withdrawn: it is still looking for work.
+	 * Acquire, against the asker's release: the asker may be a spare whose record the monitor
+	 * made after this worker last looked at S.n. */
+	uint32_t who = atomic_exchange_explicit(&w->asked, 0, memory_order_acquire);
 	weft_task *batch[RUNQ_SIZE / 2];
 	uint32_t got = who ? runq_grab(&w->q, batch, RUNQ_SIZE / 2) : 0;
 	if (!got)
@@ -851,13 +858,35 @@ static void steal_timers(struct worker *v)
 	}
 }
 
+/* w's last look at v (w's own: only w reads and writes it). The array grows with the workers
+ * (spares start while w runs); should it fail to, every victim beyond it shares one entry,
+ * which only makes w's judgement of them rougher. */
+static struct peek *peek_at(struct worker *w, struct worker *v)
+{
+	if (v->id >= w->npeek) {
+		int n = atomic_load_explicit(&S.n, memory_order_relaxed), want = 2 * w->npeek;
+		want = want > n ? want : n;
+		want = want < S.cap ? want : S.cap;
+		struct peek *p = realloc(w->peek, (size_t)want * sizeof *p);
+		if (p && want > v->id) {
+			memset(p + w->npeek, 0, (size_t)(want - w->npeek) * sizeof *p);
+			w->peek = p;
+			w->npeek = want;
+		} else {
+			w->peek = p ? p : w->peek;
+			return &w->peek_rest;
+		}
+	}
+	return &w->peek[v->id];
+}
+
 /* take_next: also take a victim's `next` slot, which is about to run there; only once we have
  * been looking for a few microseconds (Go waits 3 us too), or the hand-off to the waker's core
  * would be undone at once. */
 /* Has v been running one task for STALL_NS, as far as w has seen? */
 static bool stalled(struct worker *w, struct worker *v)
 {
-	struct peek *p = &w->peek[v->id];
+	struct peek *p = peek_at(w, v);
 	uint32_t tick = atomic_load_explicit(&v->tick, memory_order_relaxed);
 	int64_t now = weft_now();
 	if (tick != p->tick || now - p->since > 4 * STALL_NS) {
@@ -889,7 +918,7 @@ int64_t sched_next_spell(int64_t quiet, int64_t spell)
 
 void sched_note_contention(int me)
 {
-	if (me < 0 || me >= S.cap)
+	if (me < 0 || me >= atomic_load_explicit(&S.n, memory_order_relaxed))
 		me = weft_worker_id();
 	int64_t now = atomic_load_explicit(&sched_coarse_now, memory_order_relaxed);
 	int64_t at = atomic_load_explicit(&sched_contended_at, memory_order_relaxed);
@@ -924,7 +953,9 @@ static weft_task *global_take(struct worker *w)
 	if (!atomic_load_explicit(&S.gq_n, memory_order_relaxed))
 		return NULL;
 	int home = atomic_load_explicit(&sched_gather_on, memory_order_relaxed);
-	if (w->id != home && gathering() && !stalled(w, S.w[home])) {
+	/* the home may be a spare started since: its record is ours to read once S.n says so */
+	if (w->id != home && home < atomic_load_explicit(&S.n, memory_order_acquire) &&
+	    gathering() && !stalled(w, S.w[home])) {
 		w->declined = true;
 		return NULL;
 	}
@@ -934,7 +965,7 @@ static weft_task *global_take(struct worker *w)
 /* Has v spawned a task within STALL_NS, as far as w has seen? */
 static bool spawning(struct worker *w, struct worker *v, int64_t now)
 {
-	struct peek *p = &w->peek[v->id];
+	struct peek *p = peek_at(w, v);
 	int64_t n = atomic_load_explicit(&v->spawned, memory_order_relaxed);
 	if (n != p->spawned) {
 		p->spawned = n;
@@ -957,7 +988,7 @@ static bool ask(struct worker *w, struct worker *v)
 	if (!who) {
 		atomic_store(&w->looking, true); /* before v can answer */
 		if (atomic_compare_exchange_strong_explicit(&v->asked, &who, (uint32_t)w->id + 1,
-							    memory_order_relaxed,
+							    memory_order_release,
 							    memory_order_relaxed)) {
 			atomic_store_explicit(&v->asked_at, now, memory_order_relaxed);
 			w->ask_until = now + STALL_NS; /* to take the answer, or steal */
@@ -999,9 +1030,11 @@ static weft_task *steal(struct worker *w, bool take_next)
 	bool picky = gathering();
 	for (int round = 0; round < STEAL_ROUNDS; round++) {
 		int start = (int)(rnd(w) % (uint32_t)n);
-		for (int i = 0; i < n; i++) {
-			struct worker *v = S.w[(start + i) % n];
-			if (v == w)
+		for (int i = 0, j = start; i < n; i++, j = j + 1 < n ? j + 1 : 0) {
+			struct worker *v = S.w[j];
+			/* A spare in standby hands over what it holds itself (standby()); after a
+			 * burst of blocking calls there may be a hundred, each a few lines to miss. */
+			if (v == w || atomic_load_explicit(&v->standby, memory_order_relaxed))
 				continue;
 			if (round == 0)
 				steal_timers(v);
@@ -1464,7 +1497,7 @@ static void *worker_thread(void *arg)
 static void stop_all(void)
 {
 	atomic_store(&S.stop, true);
-	for (int i = 0; i < S.cap; i++) {
+	for (int i = 0; i < atomic_load(&S.n); i++) {
 		atomic_store(&S.w[i]->wake_word, 1);
 		futex_wake(&S.w[i]->wake_word, 1);
 	}
@@ -1534,7 +1567,7 @@ static struct {
 } park; /* the monitor's alone */
 
 static int64_t thread_cpu(struct worker *w);
-static void nudge_to_standby(void);
+static bool nudge_to_standby(void);
 
 /* Bring back the lowest parked worker; false if none is parked. */
 static bool unpark(void)
@@ -1610,6 +1643,71 @@ static bool has_work(struct worker *w, int64_t now)
 	       atomic_load(&w->timers.first) <= now;
 }
 
+/* Worker i's record, made when it first starts (a spare: by the monitor, before it counts it
+ * in S.n). */
+static struct worker *new_worker(int i)
+{
+	struct worker *w = aligned_alloc(64, (sizeof *w + 63) & ~(size_t)63);
+	if (!w)
+		return NULL;
+	memset(w, 0, sizeof *w);
+	w->id = i;
+	w->rng = 0x9e3779b9u * (uint32_t)(i + 1);
+	w->spin_ns = SPIN_NS;
+	w->rest_ns = REST_MIN_NS;
+	timer_wheel_init(&w->timers);
+	if (!(w->altstack = malloc(64 * 1024))) {
+		free(w);
+		return NULL;
+	}
+	return S.w[i] = w;
+}
+
+/*
+ * Spare workers the monitor may start: $WEFT_MAX_SPARES, else MAX_SPARES, or RLIMIT_NPROC when
+ * that is lower (threads beyond it would not start anyway). Each spare stands for a worker held
+ * in a call the shim does not cover, or in one it leaves to libc because the task holds a
+ * pthread lock (shim.c), so the cap bounds how many such calls wait at once: with the cap at
+ * max(4, workers), 200 tasks each blocked 20 ms took 700 ms. Go has no cap of its own on the
+ * threads blocked in system calls but stops the program at 10,000 (debug.SetMaxThreads): a
+ * program that needs more is more likely to have lost its way. The records of spares are made
+ * as they start, so a high cap costs nothing until used; only arrays indexed by worker id
+ * (weft_worker_max) grow with it.
+ */
+#define MAX_SPARES 10000
+static int max_spares(void)
+{
+	const char *e = getenv("WEFT_MAX_SPARES");
+	long n = MAX_SPARES;
+	struct rlimit r;
+	if (e && *e)
+		n = strtol(e, NULL, 10);
+	else if (getrlimit(RLIMIT_NPROC, &r) == 0 && r.rlim_cur != RLIM_INFINITY &&
+		 r.rlim_cur < (rlim_t)n)
+		n = (long)r.rlim_cur;
+	return n < 0 ? 0 : n > 1000000 ? 1000000 : (int)n;
+}
+
+/* The monitor could start no spare (err: 0 when at the cap, else pthread_create's): tasks queued
+ * behind held workers wait for them. Said once a run. */
+static void spares_ran_out(int err)
+{
+	if (S.capped)
+		return;
+	S.capped = true;
+	if (err)
+		fprintf(stderr, "weft: could not start a spare worker (%s) with %d running: tasks "
+				"queued behind workers held in blocking calls wait for them\n",
+			strerror(err), atomic_load(&S.n));
+	else if (S.cap == S.nominal)
+		fputs("weft: WEFT_MAX_SPARES=0: tasks queued behind workers held in blocking calls "
+		      "wait for them\n", stderr);
+	else
+		fprintf(stderr, "weft: all %d spare workers are in use (WEFT_MAX_SPARES): tasks "
+				"queued behind workers held in blocking calls wait for them\n",
+			S.cap - S.nominal);
+}
+
 /* A parked worker goes back to work, else a spare in standby does; else a new one starts. */
 static void start_spare(void)
 {
@@ -1623,17 +1721,26 @@ static void start_spare(void)
 			return;
 		}
 	}
-	if (n >= S.cap)
+	if (n >= S.cap) {
+		spares_ran_out(0);
 		return;
-	struct worker *w = S.w[n];
+	}
+	struct worker *w = S.w[n] ? S.w[n] : new_worker(n); /* kept if a start failed */
+	if (!w) {
+		spares_ran_out(ENOMEM);
+		return;
+	}
 	/* Counted before it runs: it must never be idle without being one of S.n (the deadlock
 	 * check compares the two). Its queues are empty until then. */
 	w->started = true;
 	w->seen_since = weft_now(); /* for the monitor, which alone calls this */
+	w->blocked = -1;
 	atomic_store_explicit(&S.n, n + 1, memory_order_release);
-	if (pthread_create(&w->thread, NULL, worker_thread, w) != 0) {
+	int err = pthread_create(&w->thread, NULL, worker_thread, w);
+	if (err) {
 		w->started = false;
 		atomic_store_explicit(&S.n, n, memory_order_release);
+		spares_ran_out(err);
 	}
 }
 
@@ -1681,13 +1788,37 @@ static bool spare_helps(struct worker *w, int64_t now)
 	return cpu < 0 || w->probe_cpu < 0 || 2 * (cpu - w->probe_cpu) >= span || !runnable(w);
 }
 
-/* w has been stuck for STUCK_NS. Returns whether it was dealt with (else: look again). */
+/*
+ * Whether w, on one task since seen_since with work queued, has held that work long enough to
+ * be rescued: STUCK_NS, or only BLOCKED_NS when its thread is blocked in the kernel (a system
+ * call the shim does not cover, or one it leaves to libc because the task holds a pthread
+ * lock: shim.c). Waiting out a time slice is for threads the kernel may merely have preempted,
+ * which are runnable; a blocked one may stay so for as long as its call lasts, as Go's sysmon
+ * assumes of a thread in a system call when it hands its P over after 20 us to 10 ms. The
+ * state is read once a spell below STUCK_NS (a /proc read, 10-20 us): a computing task is
+ * looked at once, not every millisecond. With 200 tasks each blocked 20 ms, spares then
+ * double every 2-3 ms instead of every 11.
+ */
+static bool held_long(struct worker *w, int64_t now)
+{
+	int64_t held = now - w->seen_since;
+	if (held >= STUCK_NS)
+		return true;
+	if (held < BLOCKED_NS || atomic_load(&w->in_idle) || atomic_load(&w->resting))
+		return false;
+	if (w->blocked < 0)
+		w->blocked = !runnable(w);
+	return w->blocked;
+}
+
+/* w has held its work too long (held_long). Returns whether it was dealt with (else: look
+ * again). */
 static bool rescue(struct worker *w, int64_t now)
 {
 	if (atomic_load(&S.nidle) == 0) {
 		if (now - park.unparked_at < STUCK_NS)
 			return false; /* a worker just unparked is on its way to take that queue */
-		if (!spare_helps(w, now))
+		if (w->blocked <= 0 && !spare_helps(w, now))
 			return w->probe_at == 0; /* still looking, or the kernel's business */
 		start_spare();
 		return true;
@@ -1710,7 +1841,7 @@ static bool rescue(struct worker *w, int64_t now)
 /* More workers are free than there are cores, or one was parked: a spare or a parked worker
  * asleep on the idle list is woken, to go to standby (it does so only on its way to sleep:
  * take_surplus), where wake_idle no longer finds it. */
-static void nudge_to_standby(void)
+static bool nudge_to_standby(void)
 {
 	pthread_mutex_lock(&S.idle_lock);
 	struct worker *v = S.idle;
@@ -1721,6 +1852,26 @@ static void nudge_to_standby(void)
 	pthread_mutex_unlock(&S.idle_lock);
 	if (v)
 		wake_worker(v);
+	return v;
+}
+
+/* Spares that may stay free for STANDBY_NS before they go to standby; any more go at once.
+ * Kept a while, spares spare a program that holds a worker now and then the hand-over and the
+ * call back (see STANDBY_NS); but after a burst of blocking calls had started a hundred, they
+ * took the work of the two workers between them for that second, and the kernel time-sliced
+ * them: 800,000 channel packets took 100-660 ms instead of 60-160. This many is what weft
+ * kept before their number was a setting. */
+static int spares_kept(void)
+{
+	return S.nominal > 4 ? S.nominal : 4;
+}
+
+/* With every worker asleep the monitor pauses, unless spares beyond those kept are still on
+ * the idle list, where a wake-up would find them and spread the next work over them: it looks
+ * on, nudging them to standby, until they are there. */
+static bool spares_to_put_away(void)
+{
+	return atomic_load(&S.n) - atomic_load(&S.nstandby) > S.nominal + spares_kept();
 }
 
 /* Time stuck counts from now: at the monitor's start (before it, the workers were starting,
@@ -1730,7 +1881,7 @@ static void monitor_start_clocks(void)
 {
 	int64_t now = weft_now();
 	for (int i = 0; i < atomic_load(&S.n); i++)
-		S.w[i]->seen_since = S.w[i]->moved_at = now;
+		S.w[i]->seen_since = S.w[i]->moved_at = now, S.w[i]->blocked = -1;
 }
 
 /* Whether w is free to take work, as far as the monitor can tell: not in standby, and not held
@@ -1776,7 +1927,7 @@ static void *monitor(void *arg)
 	int64_t gq_since = weft_now(); /* since when the global queue has waited for everyone */
 	int64_t spare_since = 0;       /* since when more workers have been free than cores */
 	while (!atomic_load(&S.stop)) {
-		if (all_asleep())
+		if (all_asleep() && !spares_to_put_away())
 			monitor_pause();
 		int64_t now = weft_now();
 		atomic_store_explicit(&sched_coarse_now, now, memory_order_relaxed);
@@ -1789,8 +1940,10 @@ static void *monitor(void *arg)
 				w->seen_tick = tick;
 				w->seen_since = now;
 				w->probe_at = 0;
-			} else if (now - w->seen_since >= STUCK_NS && rescue(w, now)) {
+				w->blocked = -1;
+			} else if (held_long(w, now) && rescue(w, now)) {
 				w->seen_since = now;
+				w->blocked = -1;
 			}
 		}
 		if (free <= S.nominal)
@@ -1798,9 +1951,12 @@ static void *monitor(void *arg)
 		else if (!spare_since)
 			spare_since = now;
 		bool spare_idle = spare_since && now - spare_since >= S.standby_ns;
-		atomic_store(&S.surplus, spare_idle || free < S.nominal ? free - S.nominal : 0);
-		if (spare_idle)
-			nudge_to_standby();
+		int surplus = free - S.nominal;
+		if (!spare_idle && surplus > 0)
+			surplus = surplus > spares_kept() ? surplus - spares_kept() : 0;
+		atomic_store(&S.surplus, surplus);
+		for (int k = 0; k < surplus && nudge_to_standby(); k++)
+			;
 		if (S.parking)
 			park_or_unpark(now);
 		/* Fds waited on and nobody polling for STUCK_NS: the poller went off to run a task
@@ -1833,7 +1989,7 @@ static void main_entry(void *arg)
 
 static void free_workers(void)
 {
-	for (int i = 0; i < S.cap; i++) {
+	for (int i = 0; S.w && i < S.cap; i++) {
 		if (!S.w[i])
 			continue;
 		timer_wheel_destroy(&S.w[i]->timers);
@@ -1845,7 +2001,8 @@ static void free_workers(void)
 	S.w = NULL;
 }
 
-/* n workers, and spares for the monitor to start (as many, at least 4). */
+/* n workers, and room for the spares the monitor may start (max_spares()); their records are
+ * made as they start. */
 static int init_workers(int n)
 {
 	atomic_store(&S.n, n);
@@ -1858,28 +2015,14 @@ static int init_workers(int n)
 	e = getenv("WEFT_PARK");
 	S.parking = n > 1 && !(e && strcmp(e, "0") == 0);
 	memset(&park, 0, sizeof park);
-	S.cap = n + (n > 4 ? n : 4);
+	S.cap = n + max_spares();
+	S.capped = false;
 	S.w = calloc((size_t)S.cap, sizeof *S.w);
 	if (!S.w)
 		return -ENOMEM;
-	for (int i = 0; i < S.cap; i++) {
-		struct worker *w = aligned_alloc(64, (sizeof *w + 63) & ~(size_t)63);
-		if (!w)
+	for (int i = 0; i < n; i++)
+		if (!new_worker(i))
 			return -ENOMEM;
-		memset(w, 0, sizeof *w);
-		S.w[i] = w;
-		w->id = i;
-		w->rng = 0x9e3779b9u * (uint32_t)(i + 1);
-		w->spin_ns = SPIN_NS;
-		w->rest_ns = REST_MIN_NS;
-		w->peek = calloc((size_t)S.cap, sizeof *w->peek);
-		if (!w->peek)
-			return -ENOMEM;
-		timer_wheel_init(&w->timers);
-		w->altstack = malloc(64 * 1024);
-		if (!w->altstack)
-			return -ENOMEM;
-	}
 	return 0;
 }
 
@@ -2008,7 +2151,7 @@ int weft_run(int (*main_task)(void *), void *arg)
 	worker_loop(S.w[0]);
 	if (monitoring) /* first: it may be starting a spare */
 		pthread_join(S.monitor, NULL);
-	for (int i = 1; i < S.cap; i++)
+	for (int i = 1; i < S.cap && S.w[i]; i++)
 		if (i < started || S.w[i]->started)
 			pthread_join(S.w[i]->thread, NULL);
 	print_stats();

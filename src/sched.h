@@ -64,6 +64,9 @@ struct worker {
 	uint32_t seen_tick;           /* the monitor's: tick when last looked at, and since when */
 	int64_t seen_since;
 	int64_t probe_at, probe_cpu;  /* the monitor's: the thread's CPU time when it looked stuck */
+	int8_t blocked;               /* the monitor's: whether the thread, held since seen_since,
+				       * was found blocked in the kernel (1), runnable (0), or has
+				       * not been looked at (-1): see held_long() */
 	int64_t park_cpu;             /* the monitor's: the thread's CPU time at its last look */
 	uint32_t moved_tick;          /* the monitor's: tick when last seen moving or idle, and when */
 	int64_t moved_at;
@@ -74,7 +77,8 @@ struct worker {
 		uint32_t tick;
 		int64_t since;
 		int64_t spawned, spawned_at; /* its spawn count, and when it was seen to change */
-	} *peek;
+	} *peek, peek_rest;           /* npeek of them (peek_at), the rest shared */
+	int npeek;
 	struct stack_cache stacks;    /* last: 8 KiB, touched once per spawn and exit */
 };
 

@@ -5,8 +5,10 @@
  * clock_nanosleep, read, write, readv, writev, recv, recvfrom, recvmsg, send, sendto, sendmsg,
  * accept, accept4, connect, poll, ppoll, select and pselect. Called from a task, each parks
  * the task instead of the worker (on a deadline, or on its fds through the poller). Called from
- * any other thread, each goes straight to libc. Return values and errno are libc's; a task
- * cancelled in such a call sees -1/EINTR.
+ * any other thread, or from a task whose thread holds a pthread lock (see may_park: the shim
+ * also defines the pthread lock calls, to count the locks held), each goes to libc and blocks
+ * the thread as libc would. Return values and errno are libc's; a task cancelled in such a
+ * call sees -1/EINTR.
  *
  * To wait on an fd weft makes it non-blocking in the kernel, so the shim also keeps up the
  * program's own view of O_NONBLOCK: fcntl(F_GETFL/F_SETFL) and ioctl(FIONBIO) read and write
@@ -25,6 +27,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -55,9 +58,36 @@ __attribute__((visibility("default"))) const void *weft__shim_runtime(void)
 	return sched_runtime();
 }
 
-static bool in_task(void)
+/*
+ * A pthread lock belongs to the thread that took it. A task that parked in one of the calls
+ * below while holding one would leave its worker to run other tasks, which then hold the lock
+ * as far as pthreads can tell (a recursive mutex lets them in, an error-checking one refuses
+ * the holder its unlock), and would resume, perhaps, on a thread that does not hold it. sqlite
+ * holds its connection's recursive mutex across the usleep of its busy handler: 200 tasks each
+ * with a connection, beside one holding the database locked, hung with every worker in
+ * pthread_mutex_lock. So the shim also defines the pthread lock calls (below) and counts, per
+ * thread, the locks taken and not yet released through them; while the count is not 0 the
+ * calls here go to libc and block the thread, as Go's system calls block their thread, and the
+ * monitor, seeing the worker blocked in the kernel with work queued, gives that work to another
+ * thread within a millisecond or two (sched.c, held_long).
+ *
+ * Per thread, not per task: a task that holds a lock keeps its thread (the shim does not park
+ * it), so the thread's count is the task's. One that parks anyway, in weft's own calls (a
+ * channel, a weft_mutex), with a pthread lock held is already wrong, lock and all; its count
+ * stays with the thread it left, whose calls then block rather than park: slower, never
+ * unsafe. An unlock with the count at 0 (a lock taken before the shim was loaded, or unlocked
+ * by another thread than took it) leaves it at 0. pthread_cond_wait releases and takes its
+ * mutex back inside libc, not through here: the count stays, as the lock does. Locks libc
+ * takes within its own calls (malloc's arenas, stdio's) never pass through here either, nor
+ * need to: none is held when the call returns.
+ */
+static __thread unsigned locks_held __attribute__((tls_model("initial-exec")));
+
+/* Whether a call here may park the caller: it is a task, and its thread holds no pthread
+ * lock. Otherwise the call is libc's, made as a plain thread would make it. */
+static bool may_park(void)
 {
-	return weft_self() != NULL;
+	return !locks_held && weft_self() != NULL;
 }
 
 /* Turn a weft result into libc's -1/errno. */
@@ -86,7 +116,7 @@ static int sleep_ns(int64_t ns, struct timespec *rem)
 unsigned int sleep(unsigned int s)
 {
 	REAL(sleep);
-	if (!in_task())
+	if (!may_park())
 		return real_sleep(s);
 	struct timespec rem = { 0, 0 };
 	return sleep_ns((int64_t)s * 1000000000, &rem) ? (unsigned)rem.tv_sec + (rem.tv_nsec > 0) : 0;
@@ -95,7 +125,7 @@ unsigned int sleep(unsigned int s)
 int usleep(useconds_t us)
 {
 	REAL(usleep);
-	if (!in_task())
+	if (!may_park())
 		return real_usleep(us);
 	int r = sleep_ns((int64_t)us * 1000, NULL);
 	return r ? (int)fail(r) : 0;
@@ -104,7 +134,7 @@ int usleep(useconds_t us)
 int nanosleep(const struct timespec *req, struct timespec *rem)
 {
 	REAL(nanosleep);
-	if (!in_task())
+	if (!may_park())
 		return real_nanosleep(req, rem);
 	if (!req || req->tv_nsec < 0 || req->tv_nsec >= 1000000000 || req->tv_sec < 0)
 		return (int)fail(-EINVAL);
@@ -115,7 +145,7 @@ int nanosleep(const struct timespec *req, struct timespec *rem)
 int clock_nanosleep(clockid_t clk, int flags, const struct timespec *req, struct timespec *rem)
 {
 	REAL(clock_nanosleep);
-	if (!in_task() || (clk != CLOCK_MONOTONIC && clk != CLOCK_REALTIME))
+	if (!may_park() || (clk != CLOCK_MONOTONIC && clk != CLOCK_REALTIME))
 		return real_clock_nanosleep(clk, flags, req, rem);
 	if (!req || req->tv_nsec < 0 || req->tv_nsec >= 1000000000)
 		return EINVAL;
@@ -157,7 +187,7 @@ static bool thread_should_wait(int fd, long r)
 		size_t len_ = (len); /* first: it may turn the rule off (recv_len) */      \
 		if (nowait)                                                                \
 			return (long)(call);                                               \
-		if (!in_task()) {                                                          \
+		if (!may_park()) {                                                         \
 			for (;;) {                                                         \
 				long r_ = (long)(call);                                    \
 				if (!thread_should_wait(fd, r_))                           \
@@ -263,11 +293,22 @@ int accept(int fd, struct sockaddr *a, socklen_t *l)
 int connect(int fd, const struct sockaddr *a, socklen_t l)
 {
 	REAL(connect);
-	if (!in_task() && poll_user_nonblock(fd) != 0)
-		return real_connect(fd, a, l);
+	if (!may_park()) { /* a connect weft made non-blocking behind the program's back waits */
+		int r = real_connect(fd, a, l);
+		if (r == 0 || (errno != EINPROGRESS && errno != EAGAIN && errno != EINTR) ||
+		    poll_user_nonblock(fd) != 0)
+			return r;
+		struct pollfd p = { .fd = fd, .events = POLLOUT };
+		real_poll_wait(&p);
+		int err = 0;
+		socklen_t len = sizeof err;
+		if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+			return -1;
+		return err ? (int)fail(-err) : 0;
+	}
 	if (poll_manage(fd) < 0 || poll_user_nonblock(fd) == 1)
 		return real_connect(fd, a, l);
-	int r = weft_connect(fd, a, l, WEFT_FOREVER); /* a plain thread waits in ppoll */
+	int r = weft_connect(fd, a, l, WEFT_FOREVER);
 	return r ? (int)fail(r) : 0;
 }
 
@@ -332,7 +373,7 @@ static int64_t deadline_in(int64_t sec, int64_t ns)
 int poll(struct pollfd *fds, nfds_t n, int timeout)
 {
 	REAL(poll);
-	if (!in_task() || timeout == 0)
+	if (!may_park() || timeout == 0)
 		return real_poll(fds, n, timeout);
 	return task_poll(fds, n, timeout < 0 ? WEFT_FOREVER : deadline_in(0, timeout * 1000000LL));
 }
@@ -342,7 +383,7 @@ int poll(struct pollfd *fds, nfds_t n, int timeout)
  * or a bad one (libc says EINVAL). */
 static bool for_libc(const struct timespec *ts, const sigset_t *mask)
 {
-	return !in_task() || mask ||
+	return !may_park() || mask ||
 	       (ts && (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= 1000000000 ||
 		       (!ts->tv_sec && !ts->tv_nsec)));
 }
@@ -402,7 +443,7 @@ static int task_select(int nfds, fd_set *r, fd_set *w, fd_set *e, int64_t deadli
 int select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
 {
 	REAL(select);
-	if (!in_task() || nfds < 0 || nfds > FD_SETSIZE ||
+	if (!may_park() || nfds < 0 || nfds > FD_SETSIZE ||
 	    (tv && (tv->tv_sec < 0 || tv->tv_usec < 0 || (!tv->tv_sec && !tv->tv_usec))))
 		return real_select(nfds, r, w, e, tv);
 	int64_t deadline = tv ? deadline_in(tv->tv_sec, (int64_t)tv->tv_usec * 1000) : WEFT_FOREVER;
@@ -466,3 +507,50 @@ int close(int fd)
 	poll_forget(fd);
 	return real_close(fd);
 }
+
+/* ---- pthread locks: counted, so that a task holding one keeps its thread (may_park) ------- */
+
+/* EOWNERDEAD: a robust mutex whose holder died is taken all the same. The count is a plain
+ * thread-local increment beside libc's call (and TSan's, which the lookup finds first). */
+#define LOCK_TAKE(name, params, args)                                                      \
+	int name params                                                                     \
+	{                                                                                   \
+		REAL(name);                                                                 \
+		int r = real_##name args;                                                   \
+		locks_held += r == 0 || r == EOWNERDEAD;                                    \
+		return r;                                                                   \
+	}
+#define LOCK_RELEASE(name, params, args)                                                   \
+	int name params                                                                     \
+	{                                                                                   \
+		REAL(name);                                                                 \
+		int r = real_##name args;                                                   \
+		locks_held -= r == 0 && locks_held > 0;                                     \
+		return r;                                                                   \
+	}
+
+LOCK_TAKE(pthread_mutex_lock, (pthread_mutex_t *m), (m))
+LOCK_TAKE(pthread_mutex_trylock, (pthread_mutex_t *m), (m))
+LOCK_TAKE(pthread_mutex_timedlock, (pthread_mutex_t *restrict m, const struct timespec *restrict t),
+	  (m, t))
+LOCK_RELEASE(pthread_mutex_unlock, (pthread_mutex_t *m), (m))
+LOCK_TAKE(pthread_rwlock_rdlock, (pthread_rwlock_t *l), (l))
+LOCK_TAKE(pthread_rwlock_tryrdlock, (pthread_rwlock_t *l), (l))
+LOCK_TAKE(pthread_rwlock_timedrdlock,
+	  (pthread_rwlock_t *restrict l, const struct timespec *restrict t), (l, t))
+LOCK_TAKE(pthread_rwlock_wrlock, (pthread_rwlock_t *l), (l))
+LOCK_TAKE(pthread_rwlock_trywrlock, (pthread_rwlock_t *l), (l))
+LOCK_TAKE(pthread_rwlock_timedwrlock,
+	  (pthread_rwlock_t *restrict l, const struct timespec *restrict t), (l, t))
+LOCK_RELEASE(pthread_rwlock_unlock, (pthread_rwlock_t *l), (l))
+LOCK_TAKE(pthread_spin_lock, (pthread_spinlock_t *l), (l))
+LOCK_TAKE(pthread_spin_trylock, (pthread_spinlock_t *l), (l))
+LOCK_RELEASE(pthread_spin_unlock, (pthread_spinlock_t *l), (l))
+#if __GLIBC_PREREQ(2, 30) /* the clock variants */
+LOCK_TAKE(pthread_mutex_clocklock,
+	  (pthread_mutex_t *restrict m, clockid_t c, const struct timespec *restrict t), (m, c, t))
+LOCK_TAKE(pthread_rwlock_clockrdlock,
+	  (pthread_rwlock_t *restrict l, clockid_t c, const struct timespec *restrict t), (l, c, t))
+LOCK_TAKE(pthread_rwlock_clockwrlock,
+	  (pthread_rwlock_t *restrict l, clockid_t c, const struct timespec *restrict t), (l, c, t))
+#endif
