@@ -102,8 +102,10 @@ static inline int auth_connack_code(auth_result r, int version)
  * turn in both; a right password gives them back (its pair's whole debt), so a client that
  * knows its password pays for nobody's guesses but waits, at most AUTH_MAX_WAIT, while
  * somebody at its address guesses. Waiting happens before the check, for right and wrong
- * passwords alike: a guesser cannot learn its answer sooner by opening many connections, and
- * a flood of guesses costs no hashing beyond one per turn.
+ * passwords alike: a guesser cannot learn its answer sooner by opening many connections.
+ * Turns are booked at most AUTH_MAX_WAIT ahead: past that each attempt waits AUTH_MAX_WAIT and
+ * is checked, so parallel connections still multiply the checks per name (a known gap; the
+ * broker's max_connection_rate and max_connections bound it).
  */
 #define AUTH_MAX_WAIT 10000000000LL /* ns: 10 s */
 
