@@ -70,9 +70,10 @@ static int given_back_main(void *arg)
 	(void)arg;
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	long base = rss_kb();
+	uint32_t gen;
 	spawn_crowd();
 	for (int i = 0; i < CROWD; i++) {
-		struct stack *s = (struct stack *)crowd[i];
+		struct stack *s = (struct stack *)task_record(crowd[i], &gen); /* handles carry a generation */
 		first[i] = (struct seen){ (char *)s, s->guarded };
 	}
 	qsort(first, CROWD, sizeof first[0], cmp_seen);
@@ -88,7 +89,7 @@ static int given_back_main(void *arg)
 	spawn_crowd();
 	int again = 0;
 	for (int i = 0; i < CROWD; i++) {
-		struct stack *s = (struct stack *)crowd[i];
+		struct stack *s = (struct stack *)task_record(crowd[i], &gen); /* handles carry a generation */
 		struct seen key = { (char *)s, false };
 		struct seen *f = bsearch(&key, first, CROWD, sizeof first[0], cmp_seen);
 		CHECK(s->pooled && s->size > 0);
