@@ -12,20 +12,6 @@
 #include "task.h"
 #include "test.h"
 
-static long rss_kb(void)
-{
-	FILE *f = fopen("/proc/self/status", "r");
-	CHECK(f);
-	char line[256];
-	long kb = -1;
-	while (kb < 0 && fgets(line, sizeof line, f))
-		if (!strncmp(line, "VmRSS:", 6))
-			kb = atol(line + 6);
-	fclose(f);
-	CHECK(kb > 0);
-	return kb;
-}
-
 static void park_forever(void *arg)
 {
 	(void)arg;
@@ -69,7 +55,7 @@ static int given_back_main(void *arg)
 {
 	(void)arg;
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	long base = rss_kb();
+	long base = test_rss_kb(0);
 	uint32_t gen;
 	spawn_crowd();
 	for (int i = 0; i < CROWD; i++) {
@@ -77,9 +63,9 @@ static int given_back_main(void *arg)
 		first[i] = (struct seen){ (char *)s, s->guarded };
 	}
 	qsort(first, CROWD, sizeof first[0], cmp_seen);
-	long peak = rss_kb();
+	long peak = test_rss_kb(0);
 	end_crowd();
-	long after = rss_kb();
+	long after = test_rss_kb(0);
 	/* two magazines per worker, the depot's warm one, a partial one; two pages a slot */
 	long bound = (long)((size_t)(weft_worker_max() * 2 + 2) * STACK_MAGAZINE * 2 * page / 1024);
 	fprintf(stderr, "%d tasks came and went: RSS %ld KB before, %ld KB with them, %ld KB after "

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <linux/membarrier.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -231,4 +232,47 @@ bool test_port_open(int port)
 	bool ok = connect(s, (struct sockaddr *)&a, sizeof a) == 0;
 	close(s);
 	return ok;
+}
+
+int test_dial(int port, int rcvbuf, int timeout_s)
+{
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	if (s >= 0 && rcvbuf)
+		setsockopt(s, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in me;
+	socklen_t len = sizeof me;
+	if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof a) < 0 ||
+	    getsockname(s, (struct sockaddr *)&me, &len) < 0 || me.sin_port == a.sin_port) {
+		/* the last: test_free_port's port is an ephemeral one, and before the server
+		 * listens a connect can land on its own port (TCP's simultaneous open) and
+		 * "succeed" */
+		if (s >= 0)
+			close(s);
+		return -1;
+	}
+	int one = 1;
+	setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	struct timeval tv = { timeout_s, 0 };
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	return s;
+}
+
+long test_rss_kb(int pid)
+{
+	char path[64], line[256];
+	if (pid)
+		snprintf(path, sizeof path, "/proc/%d/status", pid);
+	else
+		snprintf(path, sizeof path, "/proc/self/status");
+	FILE *f = fopen(path, "r");
+	CHECK(f);
+	long kb = -1;
+	while (kb < 0 && fgets(line, sizeof line, f))
+		if (!strncmp(line, "VmRSS:", 6))
+			kb = atol(line + 6);
+	fclose(f);
+	CHECK(kb > 0);
+	return kb;
 }

@@ -121,6 +121,14 @@ int test_spawn_shimmed(const char *name, char *err, size_t cap);
 /* Whether this Linux offers membarrier(2)'s private expedited command (asym.h needs it). */
 bool test_have_membarrier(void);
 
+/* A TCP connection to 127.0.0.1:port with TCP_NODELAY and reads that give up after timeout_s
+ * seconds (so a test never hangs on a silent server); -1 when nobody accepts. rcvbuf, when
+ * not 0, is the receive buffer, set before connecting (set after, one smaller than the window
+ * already offered makes TCP stall 200 ms at a time). */
+int test_dial(int port, int rcvbuf, int timeout_s);
+/* Resident memory of process pid (0: this one), in KiB, from /proc/PID/status (VmRSS). */
+long test_rss_kb(int pid);
+
 /* A TCP port on 127.0.0.1 that was free a moment ago (for a server the test starts). */
 int test_free_port(void);
 /* Whether something accepts connections on 127.0.0.1:port (a server the test started). */

@@ -27,29 +27,14 @@ static pid_t broker_pid;
 static int port;
 static char errlog[64];
 
-/* A connection to the broker; rcvbuf, when not 0, is set before connecting (set after, a
- * receive buffer smaller than the window already offered makes TCP stall 200 ms at a time). */
 static int dial_rcvbuf(int rcvbuf)
 {
-	int s = socket(AF_INET, SOCK_STREAM, 0);
-	if (rcvbuf)
-		setsockopt(s, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	if (connect(s, (struct sockaddr *)&a, sizeof a) < 0) {
-		close(s);
-		return -1;
-	}
-	struct timeval tv = { 5, 0 };
-	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-	int one = 1;
-	setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	return s;
+	return test_dial(port, rcvbuf, 5);
 }
 
 static int dial(void)
 {
-	return dial_rcvbuf(0);
+	return test_dial(port, 0, 5);
 }
 
 static void broker_path(char *out, size_t cap)
@@ -949,21 +934,6 @@ TEST(resume_meets_ending_session)
 
 /* ---- memory given back ------------------------------------------------------------------- */
 
-static long rss_kb(pid_t pid)
-{
-	char path[64], line[256];
-	snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-	FILE *f = fopen(path, "r");
-	CHECK(f);
-	long kb = -1;
-	while (kb < 0 && fgets(line, sizeof line, f))
-		if (!strncmp(line, "VmRSS:", 6))
-			kb = atol(line + 6);
-	fclose(f);
-	CHECK(kb > 0);
-	return kb;
-}
-
 /* n clients connect, each subscribes to nsub filters (the same ones for all, or its own),
  * and the broker's RSS is taken; then they all say goodbye. Returns that RSS in KB. */
 static long crowd(int n, int nsub, bool own, const char *tag)
@@ -987,7 +957,7 @@ static long crowd(int n, int nsub, bool own, const char *tag)
 			CHECK_EQ(b[0], 0x90);
 		}
 	}
-	long kb = rss_kb(broker_pid);
+	long kb = test_rss_kb(broker_pid);
 	for (int i = 0; i < n; i++) {
 		put(fd[i], b, mq_enc_disconnect(b, 4, 0, NULL));
 		close(fd[i]);
@@ -1024,10 +994,10 @@ static void retain_all(int s, int n, bool set)
  * a load has left: the connections end, the reaper frees and trims, asynchronously. */
 static void comes_back(const char *what, long base_kb, long peak_kb, long bound_kb)
 {
-	long kb = rss_kb(broker_pid);
+	long kb = test_rss_kb(broker_pid);
 	for (int i = 0; !SLOW && i < 100 && kb > base_kb + bound_kb; i++) {
 		usleep(100000);
-		kb = rss_kb(broker_pid);
+		kb = test_rss_kb(broker_pid);
 	}
 	fprintf(stderr, "%s: RSS %.1f MB at start, %.1f MB loaded, %.1f MB after\n", what,
 		base_kb / 1024.0, peak_kb / 1024.0, kb / 1024.0);
@@ -1051,7 +1021,7 @@ TEST(memory_comes_back_after_load_leaves)
 	start(NULL);
 	int n = SLOW ? 400 : 4000, retained = SLOW ? 10000 : 100000;
 	long bound = 16 * 1024;
-	long base = rss_kb(broker_pid);
+	long base = test_rss_kb(broker_pid);
 	char what[64];
 	for (int round = 0; round < 2; round++) {
 		long peak = crowd(n, 5, false, round ? "crowd2" : "crowd1");
@@ -1065,7 +1035,7 @@ TEST(memory_comes_back_after_load_leaves)
 	comes_back(what, base, peak, bound);
 	int s = client(4, "retainer", 600);
 	retain_all(s, retained, true);
-	peak = rss_kb(broker_pid);
+	peak = test_rss_kb(broker_pid);
 	retain_all(s, retained, false);
 	put(s, (uint8_t[]){ 0xe0, 0 }, 2);
 	close(s);

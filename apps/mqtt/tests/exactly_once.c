@@ -50,18 +50,7 @@ static char store_dir[PATH_MAX], conf_file[PATH_MAX], errlog[PATH_MAX];
 
 static int dial(void)
 {
-	int s = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	if (connect(s, (struct sockaddr *)&a, sizeof a) < 0) {
-		close(s);
-		return -1;
-	}
-	int one = 1;
-	setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	struct timeval tv = { 30, 0 }; /* a blocking read never hangs the test */
-	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-	return s;
+	return test_dial(port, 0, 30); /* a blocking read never hangs the test */
 }
 
 /* The broker's stderr, shown when a test fails. */

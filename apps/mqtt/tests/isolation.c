@@ -87,25 +87,7 @@ static int64_t now_ns(void)
 /* A connected socket to the broker (rcvbuf > 0: that receive buffer, set before connecting). */
 static int dial(int rcvbuf)
 {
-	int s = socket(AF_INET, SOCK_STREAM, 0);
-	if (rcvbuf > 0)
-		setsockopt(s, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	struct sockaddr_in me;
-	socklen_t len = sizeof me;
-	if (connect(s, (struct sockaddr *)&a, sizeof a) < 0 ||
-	    getsockname(s, (struct sockaddr *)&me, &len) < 0 || me.sin_port == a.sin_port) {
-		/* the last: free_port's port is an ephemeral one, and before the broker listens a
-		 * connect can land on its own port (TCP's simultaneous open) and "succeed" */
-		close(s);
-		return -1;
-	}
-	struct timeval tv = { 5, 0 };
-	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-	int one = 1;
-	setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	return s;
+	return test_dial(port, rcvbuf > 0 ? rcvbuf : 0, 5);
 }
 
 /* conf: extra configuration lines, or NULL for `weft-mqtt -p PORT` with its defaults. */
