@@ -252,6 +252,10 @@ void session_put(session *s, msg *m, int qos, int retain, const uint32_t *subids
 		 struct conn *by, int64_t now, bool capped);
 /* Whether s's connection takes output now: attached and not being torn down (lock held). */
 bool session_taking_output(const session *s);
+/* Take s's whole output to write it (lock of s held): its bytes (*len of them, a pool buffer
+ * the caller frees) and the store ticket they must wait for (persist.c); s's output is empty
+ * after. */
+uint8_t *session_take_out(session *s, uint32_t *len, int64_t *need);
 /* topic_send_retained's end, s's lock held: start s's backlog for filter with v[0..n), the
  * matching retained messages referenced (the array is s's now), then let the lock go. */
 void session_retained(session *s, const char *filter, uint16_t len, msg **v, uint32_t n,

@@ -973,10 +973,7 @@ static void conn_end(conn *c, int rc, bool will)
 			}
 			if (d != dd)
 				free(d);
-			buf = s->out, len = s->out_len;
-			need = s->out_ticket;
-			s->out = NULL;
-			s->out_len = s->out_cap = 0;
+			buf = session_take_out(s, &len, &need);
 		}
 		/* QoS 2 state in it goes only once durable (session.c, out_after); else the client
 		 * gets it all again on its return */

@@ -45,6 +45,16 @@ bool session_taking_output(const session *s)
 	return taking_output(s);
 }
 
+uint8_t *session_take_out(session *s, uint32_t *len, int64_t *need)
+{
+	uint8_t *buf = s->out;
+	*len = s->out_len;
+	*need = s->out_ticket;
+	s->out = NULL;
+	s->out_len = s->out_cap = 0;
+	return buf;
+}
+
 static uint8_t *out_room(session *s, size_t n)
 {
 	if (s->out_len + n > s->out_cap) {

@@ -34,11 +34,9 @@ void session_flush(session *s)
 	}
 	s->writing = true;
 	for (;;) {
-		uint8_t *buf = s->out;
-		uint32_t len = s->out_len;
-		int64_t need = s->out_ticket;
-		s->out = NULL;
-		s->out_len = s->out_cap = 0;
+		uint32_t len;
+		int64_t need;
+		uint8_t *buf = session_take_out(s, &len, &need);
 		weft_mutex_unlock(&s->lock);
 		buf = conn_frame(c, buf, &len);
 		/* QoS 2 state not yet durable (out_after): the writer task waits for it, not us */
@@ -113,11 +111,8 @@ static void writer(void *arg)
 				ebr_leave(&rd);
 			}
 			if (s->out_len) {
-				uint8_t *buf = s->out;
-				uint32_t len = s->out_len;
-				c->wneed = s->out_ticket;
-				s->out = NULL;
-				s->out_len = s->out_cap = 0;
+				uint32_t len;
+				uint8_t *buf = session_take_out(s, &len, &c->wneed);
 				weft_mutex_unlock(&s->lock);
 				c->wbuf = conn_frame(c, buf, &len);
 				c->wlen = len;
