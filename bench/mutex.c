@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "spin.h"
 #include "weft.h"
 
 #define ITERS 1000000L
@@ -135,7 +136,7 @@ static struct figure run_weft(int n, long iters, bool timed)
 /* ---- pthreads: pthread_mutex_t and a spinlock ---------------------------------------------- */
 
 static pthread_mutex_t plock = PTHREAD_MUTEX_INITIALIZER;
-static atomic_int slock;
+static spinlock slock = SPIN_INIT;
 
 static void *pthread_plain(void *arg)
 {
@@ -167,25 +168,14 @@ static void *pthread_timed(void *arg)
 	return NULL;
 }
 
-static inline bool spin_try(void)
-{
-	return !atomic_exchange_explicit(&slock, 1, memory_order_acquire);
-}
-
-static inline void spin_lock_(void)
-{
-	while (!spin_try())
-		while (atomic_load_explicit(&slock, memory_order_relaxed))
-			__builtin_ia32_pause();
-}
-
+/* weft's own spinlock (src/spin.h), the one its workers use for their shortest sections */
 static void *spin_plain(void *arg)
 {
 	(void)arg;
 	for (long i = 0; i < job.iters; i++) {
-		spin_lock_();
+		spin_lock(&slock);
 		job.count++;
-		atomic_store_explicit(&slock, 0, memory_order_release);
+		spin_unlock(&slock);
 	}
 	return NULL;
 }
@@ -195,18 +185,15 @@ static void *spin_timed(void *arg)
 	(void)arg;
 	int64_t longest = 0;
 	for (long i = 0; i < job.iters; i++) {
-		if (!spin_try()) {
+		if (!spin_trylock(&slock)) {
 			int64_t t0 = bench_now();
-			do {
-				while (atomic_load_explicit(&slock, memory_order_relaxed))
-					__builtin_ia32_pause();
-			} while (!spin_try());
+			spin_lock(&slock);
 			int64_t w = bench_now() - t0;
 			if (w > longest)
 				longest = w;
 		}
 		job.count++;
-		atomic_store_explicit(&slock, 0, memory_order_release);
+		spin_unlock(&slock);
 	}
 	note_wait(longest);
 	return NULL;

@@ -1,5 +1,5 @@
 /*
- * auth.c - password files, the CONNECT decision, and failed attempts per address.
+ * auth.c - password files and the CONNECT decision.
  *
  * Table. A password file becomes an immutable hash table of users (chained, power-of-two
  * buckets, FNV-1a of the name). Each entry keeps the decoded salt and hash; a "$7$" entry is
@@ -14,15 +14,9 @@
  * leaves the old one in place), swaps, and drops the old table's own reference. Whoever drops
  * the last reference frees it, so a check in progress finishes on the table it began with.
  *
- * Pace. Checks are spaced out per (address, username) and per address (auth.h says how) in
- * GCRA tables (ratelimit.c, which the acceptor's max_connection_rate uses too). Rejected:
- * refusing an address after `burst` failures (what this file did first): behind a NAT, or on
- * localhost, a stranger's five wrong guesses locked every user of the address out, the right
- * password included. Rejected too: delaying only the answers to wrong passwords, since a
- * guesser with many connections reads "wrong" from the silence at once.
+ * The pace of checks is pace.c's: it needs no OpenSSL, so the build without it has it too.
  */
 #include <errno.h>
-#include <netinet/in.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <stdatomic.h>
@@ -33,7 +27,6 @@
 #include <weft.h>
 
 #include "auth.h"
-#include "ratelimit.h"
 
 #define HASH_LEN 64                 /* SHA-512 */
 #define SALT_MAX 64
@@ -381,8 +374,6 @@ long auth_count(void)
 	return n;
 }
 
-static void give_back(const auth_req *r);
-
 auth_result auth_check(const auth_req *r)
 {
 	auth_table *t = acquire();
@@ -395,65 +386,6 @@ auth_result auth_check(const auth_req *r)
 			      : AUTH_BAD_CREDENTIALS;
 	release(t);
 	if (res == AUTH_OK && r->from)
-		give_back(r);
+		auth_turn_refund(r);
 	return res;
-}
-
-/* ---- the pace of checks ------------------------------------------------------------------- */
-
-static _Atomic(rl_table *) lim[2]; /* per (address, username) pair; per address */
-enum { PAIRS, ADDRS };
-
-/* The tables (ratelimit.c), made on first use: for pairs 5 at once then one every 2 s; for
- * addresses four times as many. */
-static rl_table *limits(int which)
-{
-	rl_table *t = atomic_load_explicit(&lim[which], memory_order_acquire);
-	if (t)
-		return t;
-	rl_table *n = which == PAIRS ? rl_new(5, 2000000000LL) : rl_new(20, 500000000LL);
-	if (!n)
-		abort();
-	if (atomic_compare_exchange_strong(&lim[which], &t, n))
-		return n;
-	rl_free(n);
-	return t;
-}
-
-void auth_set_limits(const auth_limits *l)
-{
-	rl_set(limits(PAIRS), l->burst, l->interval_ns);
-	rl_set(limits(ADDRS), 4 * l->burst, l->interval_ns / 4);
-}
-
-void auth_limit_reset(void)
-{
-	rl_reset(limits(PAIRS));
-	rl_reset(limits(ADDRS));
-}
-
-/* The pair's tag: FNV-1a of the username, 1 for none. Names that collide share a cell. */
-static uint64_t name_tag(const auth_req *r)
-{
-	if (!r->user)
-		return 1;
-	uint64_t h = 14695981039346656037ull;
-	for (size_t i = 0; i < r->user_len; i++)
-		h = (h ^ (uint8_t)r->user[i]) * 1099511628211ull;
-	return h | 2;
-}
-
-int64_t auth_turn(const auth_req *r)
-{
-	if (!r->from)
-		return r->now;
-	int64_t a = rl_reserve(limits(PAIRS), r->from, name_tag(r), r->now, AUTH_MAX_WAIT);
-	int64_t b = rl_reserve(limits(ADDRS), r->from, 0, r->now, AUTH_MAX_WAIT);
-	return r->now + (a > b ? a : b);
-}
-
-static void give_back(const auth_req *r)
-{
-	rl_refund(limits(PAIRS), r->from, name_tag(r), r->now, true);
-	rl_refund(limits(ADDRS), r->from, 0, r->now, false);
 }

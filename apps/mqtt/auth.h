@@ -1,6 +1,7 @@
 /*
  * auth.h - who may connect to weft-mqtt: password files in mosquitto's format, the
- * allow_anonymous rule, and a pace for password checks per source address and username.
+ * allow_anonymous rule (auth.c), and a pace for password checks per source address and
+ * username (pace.c).
  *
  * A password file holds one `user:hash` line per user, as mosquitto_passwd writes it:
  *
@@ -17,9 +18,9 @@
  *
  * The broker's calls (see docs/weft-mqtt-security.md):
  *   at start and on SIGHUP   auth_reload(conf.password_file, &opts, err, sizeof err)
- *   in the CONNECT handler   wait until auth_turn(&req), then auth_check(&req) and, unless
- *                            AUTH_OK, a CONNACK with auth_connack_code(result, version),
- *                            then disconnect
+ *   in the CONNECT handler   auth_turn(&req, &at): -EBUSY answers "try later" at once;
+ *                            else wait until at, then auth_check(&req) and, unless AUTH_OK,
+ *                            a CONNACK with auth_connack_code(result, version); disconnect
  */
 #ifndef WEFT_MQTT_AUTH_H
 #define WEFT_MQTT_AUTH_H
@@ -77,7 +78,7 @@ typedef struct auth_req {
 /*
  * Decide a CONNECT. With no current table, a username proves nothing: every client is
  * anonymous. With one, a client that gives a username must give its password; one without a
- * username is let in only if anonymous_ok. Call it at auth_turn(r) (below). A right password
+ * username is let in only if anonymous_ok. Call it at the turn auth_turn gave (below). A right password
  * gives back the turn it took. CPU-bound for the table's hash cost (about 55 us for
  * mosquitto_passwd's 101 rounds).
  */
@@ -91,21 +92,23 @@ static inline int auth_connack_code(auth_result r, int version)
 	return 0x05; /* 3.1.1: "not authorized" (0x04 means the data was malformed) */
 }
 
-/* ---- the pace of password checks ----------------------------------------------------------- */
+/* ---- the pace of password checks (pace.c) -------------------------------------------------- */
 
 /*
- * Password guessing is slowed down, and nobody is locked out: a CONNECT is never refused for
- * its address's or its username's failures, only made to wait for its turn to be checked.
- * Turns are counted per (source address, username) pair - `burst` at once, then one per
- * `interval_ns` - and per source address whatever the name (4 x burst, then four per
- * interval), each a cell of ratelimit.c (IPv4 address, or IPv6 /64). Every CONNECT books a
- * turn in both; a right password gives them back (its pair's whole debt), so a client that
- * knows its password pays for nobody's guesses but waits, at most AUTH_MAX_WAIT, while
- * somebody at its address guesses. Waiting happens before the check, for right and wrong
- * passwords alike: a guesser cannot learn its answer sooner by opening many connections.
- * Turns are booked at most AUTH_MAX_WAIT ahead: past that each attempt waits AUTH_MAX_WAIT and
- * is checked, so parallel connections still multiply the checks per name (a known gap; the
- * broker's max_connection_rate and max_connections bound it).
+ * Password guessing is slowed down to a fixed number of checks, and a correct password is
+ * never answered "wrong": a CONNECT is never refused for its address's or its username's
+ * failures, only made to wait for its turn to be checked. Turns are counted per (source
+ * address, username) pair - `burst` at once, then one per `interval_ns` - and per source
+ * address whatever the name (4 x burst, then four per interval), each a cell of ratelimit.c
+ * (IPv4 address, or IPv6 /64). Every CONNECT books a turn in both; a right password gives them
+ * back (its pair's whole debt), so a client that knows its password pays for nobody's guesses.
+ * Waiting happens before the check, for right and wrong passwords alike: a guesser cannot
+ * learn its answer sooner by opening many connections. Turns are booked at most AUTH_MAX_WAIT
+ * ahead; an attempt that would wait longer is not checked but answered at once "try later"
+ * (5.0: 0x9F connection rate exceeded; 3.1.1: 0x03 server unavailable). So a pair gets at most
+ * burst + AUTH_MAX_WAIT / interval checks in any AUTH_MAX_WAIT, however many connections it
+ * opens, and a client whose address and name are being flooded is told to try later until
+ * the flood stops (pace.c says why that is the choice).
  */
 #define AUTH_MAX_WAIT 10000000000LL /* ns: 10 s */
 
@@ -115,9 +118,12 @@ typedef struct auth_limits {
 } auth_limits;
 
 void auth_set_limits(const auth_limits *l);
-/* Book r's turn; returns when (r->now's clock) its password may be checked: r->now within the
- * burst, at most r->now + AUTH_MAX_WAIT. */
-int64_t auth_turn(const auth_req *r);
+/* Book r's turn: 0 with *at set to when (r->now's clock) its password may be checked - r->now
+ * within the burst, at most r->now + AUTH_MAX_WAIT - or -EBUSY, nothing booked, when the
+ * schedule of r's pair or address is full: do not check it, answer "try later". */
+int auth_turn(const auth_req *r, int64_t *at);
+/* Give back the turns of a right password (auth_check calls it). */
+void auth_turn_refund(const auth_req *r);
 /* Forget every address (tests). */
 void auth_limit_reset(void);
 

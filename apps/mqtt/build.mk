@@ -10,7 +10,7 @@
 # libraries are (OpenSSL, SQLite); prod_auth.mk and prod_store.mk build their unit tests.
 MQTT_SRC := $(addprefix apps/mqtt/,codec.c encode.c config.c conn.c epoch.c msg.c pool.c \
 	session.c delivery.c writer.c retained.c deadline.c stats.c topic.c access.c acl.c persist.c metrics.c \
-	bridge.c ratelimit.c)
+	bridge.c ratelimit.c pace.c)
 MQTT_HDR := $(addprefix apps/mqtt/,broker.h codec.h acl.h auth.h ws.h tls.h store.h bridge.h \
 	ratelimit.h) include/weft.h
 MQTT_LIBS :=

@@ -78,11 +78,30 @@ long conns_count(void)
 	return n;
 }
 
+/* CONNECTs waiting for their password's turn (authenticate) wait on this, so that a kick
+ * reaches them at once. One for all, broadcast: kicks are rare (take-over, shutdown), and at
+ * most AUTH_MAX_WAIT's worth of turns an address wait (auth.h). */
+static weft_mutex turn_lock = WEFT_MUTEX_INIT;
+static weft_cond turn_kicked = WEFT_COND_INIT;
+
 void conn_kick(conn *c, int reason)
 {
 	int zero = 0;
 	atomic_compare_exchange_strong(&c->kick_rc, &zero, reason);
 	shutdown(c->fd, SHUT_RD); /* its read ends; writes still go out */
+	WEFT_WITH_LOCK(&turn_lock)
+		weft_cond_broadcast(&turn_kicked);
+}
+
+/* Wait until `at` (weft_now's clock) or a kick: 0, or -1 when kicked. Holds nothing of the
+ * broker meanwhile but the connection. */
+static int wait_turn(conn *c, int64_t at)
+{
+	WEFT_WITH_LOCK(&turn_lock)
+		while (!atomic_load(&c->kick_rc) &&
+		       weft_cond_wait_until(&turn_kicked, &turn_lock, at) == 0)
+			;
+	return atomic_load(&c->kick_rc) ? -1 : 0;
 }
 
 void conns_shutdown(void)
@@ -268,22 +287,26 @@ static int authenticate(conn *c, mq_packet *pk)
 			.anonymous_ok = anon_ok,
 			.now = weft_now(),
 		};
-		/* wait for this address's and name's turn (auth.h): parked, holding nothing
-		 * but the connection, and looking up every 50 ms for a shutdown's kick. Outside
-		 * the batch's read section (a CONNECT comes first: nothing read under it is held
-		 * yet), or epoch.c could free nothing retired meanwhile, for as long as anyone
-		 * waits */
-		int64_t turn = auth_turn(&r);
-		if (r.now < turn) {
-			ebr_leave(&c->rd);
-			while (r.now < turn && !atomic_load(&c->kick_rc)) {
-				weft_sleep_until(turn - r.now > 50000000 ? r.now + 50000000 : turn);
-				r.now = weft_now();
-			}
-			ebr_enter(&c->rd);
-		}
-		if (atomic_load(&c->kick_rc))
+		/* wait for this address's and name's turn (auth.h), outside the batch's read
+		 * section (a CONNECT comes first: nothing read under it is held yet), or epoch.c
+		 * could free nothing retired meanwhile, for as long as anyone waits */
+		int64_t at;
+		if (auth_turn(&r, &at) < 0) {
+			if (conf.verbose)
+				fprintf(stderr, "weft-mqtt: CONNECT refused (password checks of its "
+						"address and name booked %d s ahead)\n",
+					(int)(AUTH_MAX_WAIT / 1000000000));
+			refuse(c, v, MQ_RC_CONNECTION_RATE_EXCEEDED, MQ_V3_UNAVAILABLE);
 			return -1;
+		}
+		if (r.now < at) {
+			ebr_leave(&c->rd);
+			int kicked = wait_turn(c, at);
+			ebr_enter(&c->rd);
+			if (kicked)
+				return -1;
+			r.now = weft_now();
+		}
 		auth_result a = auth_check(&r);
 		if (a != AUTH_OK) {
 			if (conf.verbose)

@@ -7,10 +7,10 @@
  * interval, and the debt drains by itself with time (nothing needs a timer).
  *
  * Two ways to use a cell. rl_take admits an event within the limit or refuses it (the
- * acceptor's max_connection_rate). rl_reserve never refuses: it books the event's place in the
- * schedule and says how long until that place comes, so that events made at once are spread
- * out one interval apart (auth.c makes a CONNECT's answer wait for its place; rl_refund gives
- * a place back). A cell may carry a tag besides the address (auth.c: a hash of the username),
+ * acceptor's max_connection_rate). rl_reserve books the event's place in the schedule and says
+ * how long until that place comes, so that events made at once are spread out one interval
+ * apart, and refuses only when the schedule is booked further ahead than its caller allows
+ * (pace.c makes a CONNECT's check wait for its place; rl_refund gives a place back). A cell may carry a tag besides the address (auth.c: a hash of the username),
  * so that (address, name) pairs are counted apart from each other.
  *
  * Entries live in a fixed table of 1024 sets of 4 ways, indexed by a hash of the address mixed
@@ -139,8 +139,8 @@ static rl_ent *lookup(rl_group *s, const uint8_t key[KEY_LEN], bool make, int64_
 enum { TAKE, RESERVE, REFUND, FORGET };
 
 /* Do `op` on the cell of (from, tag) under its set's lock. TAKE returns 1 when the event was
- * over the limit (and not recorded); RESERVE records it and returns how long until its place
- * (at most cap: the schedule is not booked further than that ahead); REFUND takes one
+ * over the limit (and not recorded); RESERVE records it and returns how long until its place,
+ * or -1 (not recorded) when that is more than cap away; REFUND takes one
  * interval back; FORGET clears the cell. */
 static int64_t cell(rl_table *t, const struct sockaddr *from, uint64_t tag, int64_t now, int op,
 		    int64_t cap)
@@ -164,8 +164,12 @@ static int64_t cell(rl_table *t, const struct sockaddr *from, uint64_t tag, int6
 				e->tat = base + iv;
 		} else if (op == RESERVE) {
 			r = base - now - free_ahead;
-			r = r < 0 ? 0 : r > cap ? cap : r;
-			e->tat = base - now - free_ahead > cap ? now + free_ahead + cap + iv : base + iv;
+			if (r > cap) {
+				r = -1;
+				break;
+			}
+			r = r < 0 ? 0 : r;
+			e->tat = base + iv;
 		} else if (op == REFUND) {
 			e->tat = e->tat - iv > now ? e->tat - iv : 1; /* 1: paid off, still this key's */
 		} else {

@@ -2,7 +2,7 @@
  * ratelimit.h - a rate limit per source address: a GCRA cell per IPv4 address or IPv6 /64.
  *
  * Two users: the acceptor counts new connections with it (rl_take: admitted and counted, or
- * refused and not counted), and auth.c spaces out password checks per address and per
+ * refused and not counted), and pace.c spaces out password checks per address and per
  * (address, username) (rl_reserve: booked, and how long to wait for its turn; rl_refund after
  * a success). See ratelimit.c for the table.
  */
@@ -22,9 +22,9 @@ void rl_free(rl_table *t);
 void rl_set(rl_table *t, int burst, int64_t interval_ns);
 /* Admit an event from `from` within the limit (recording it) and return true, or return false. */
 bool rl_take(rl_table *t, const struct sockaddr *from, int64_t now);
-/* Record an event of (from, tag) whatever the limit says, and return how long (ns) it must
- * wait for its place: 0 within the burst, then one interval after the place before; at most
- * cap (places are not booked further ahead than that). */
+/* Record an event of (from, tag) and return how long (ns) it must wait for its place: 0 within
+ * the burst, then one interval after the place before. -1, and nothing recorded, when that
+ * would be more than cap (places are not booked further ahead than that). */
 int64_t rl_reserve(rl_table *t, const struct sockaddr *from, uint64_t tag, int64_t now,
 		   int64_t cap);
 /* Give back one event's place (all: clear the cell). */

@@ -3,8 +3,8 @@
 // mosquitto_pub/mosquitto_sub tools.
 //
 // Covers: CONNACK codes for a wrong password, an unknown user, a missing password and an
-// anonymous client refused (5.0: 0x86/0x87; 3.1.1: 0x04/0x05); failed attempts limited per
-// address (5.0: 0x9F once the burst is spent, even with the right password); every ACL rule
+// anonymous client refused (5.0: 0x86/0x87; 3.1.1: 0x04/0x05); password checks paced per
+// address and name, and bounded however many connections guess at once; every ACL rule
 // kind, allowed and denied: the anonymous section, `user` sections with topic read, write,
 // readwrite and deny, patterns with %u and %c; a publish refused is dropped (5.0: PUBACK/PUBREC
 // 0x87), a subscribe refused in SUBACK (0x87 / 0x80), deliveries and retained messages filtered
@@ -147,6 +147,30 @@ test('sec_guessing_paced_not_locked_out_v5', async () => {
 	t = Date.now();
 	eq(await connackCode(4, { username: 'alice', password: 'alice-pw' }), 0, 'and at once after that, in 3.1.1 too');
 	assert(Date.now() - t < 1500, `a success gave the debt back (${Date.now() - t} ms)`);
+});
+
+// Many connections guessing one name at once get no more checks than one connection would:
+// the pair's schedule takes five at once and five more, two seconds apart; the rest are told
+// at once to try later (5.0: 0x9F, 3.1.1: 0x03), unchecked - the right password too, while the
+// flood lasts. Once the booked guesses are answered, the right password gets in.
+test('sec_parallel_guesses_bounded_v5', async () => {
+	if (!weft) skip('mosquitto has no limit on failed logins');
+	const f = await files();
+	await secureBroker(f, { allow_anonymous: 'false' });
+	const answers = [];
+	const guesses = [];
+	for (let i = 0; i < 15; i++)
+		guesses.push(connackCode(5, { username: 'alice', password: 'guess' + i, connectTimeout: 20000 })
+			.then((rc) => answers.push(rc)));
+	await until(() => answers.length >= 10, 5000, 'the burst checked and the rest refused at once');
+	eq(answers.filter((rc) => rc === 0x86).length, 5, 'the burst of five checked at once (and wrong)');
+	eq(answers.filter((rc) => rc === 0x9F).length, 5, 'five past the schedule told to try later');
+	eq(await connackCode(4, { username: 'alice', password: 'alice-pw' }), 3,
+		'3.1.1, right password during the flood: server unavailable, not bad credentials');
+	await Promise.all(guesses);
+	eq(answers.filter((rc) => rc === 0x86).length, 10, 'ten guesses checked in all (and wrong)');
+	eq(await connackCode(5, { username: 'alice', password: 'alice-pw', connectTimeout: 20000 }), 0,
+		'after the flood the right password gets in');
 });
 
 // Every rule kind with MQTT.js 5.0: what is allowed gets through, what is denied is refused

@@ -1,6 +1,7 @@
 /* Tests of weft-mqtt's password_file support (auth.c): files written by mosquitto_passwd at
  * test time and a committed one, every kind of malformed line, the CONNECT decision, reloads
  * under concurrent checks, and the per-address limit on failed attempts. */
+#include <errno.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -320,14 +321,19 @@ TEST(reload_under_readers)
 	auth_clear();
 }
 
+#define BUSY (-1) /* attempt(): not checked, "try later" */
+
 /* What the broker does with a CONNECT: book its turn, then check it at that time. Returns the
- * result; *turn_at (when not NULL) gets the turn. */
-static auth_result attempt(const char *u, const char *p, const void *from, int64_t now,
-			   int64_t *turn_at)
+ * result, or BUSY when there was no turn; *turn_at (when not NULL) gets the turn. */
+static int attempt(const char *u, const char *p, const void *from, int64_t now, int64_t *turn_at)
 {
 	auth_req r = { .user = u, .user_len = u ? strlen(u) : 0, .password = p,
 		       .password_len = p ? strlen(p) : 0, .from = from, .now = now };
-	int64_t t = auth_turn(&r);
+	int64_t t;
+	if (auth_turn(&r, &t) < 0) {
+		CHECK_EQ(auth_turn(&r, &t), -EBUSY); /* and nothing was booked: still busy */
+		return BUSY;
+	}
 	CHECK(t >= now && t <= now + AUTH_MAX_WAIT);
 	if (turn_at)
 		*turn_at = t;
@@ -335,9 +341,10 @@ static auth_result attempt(const char *u, const char *p, const void *from, int64
 	return auth_check(&r);
 }
 
-/* Guessing is slowed down per (address, username) and per address, and nobody is locked out:
- * the right password gets in at its turn, however many wrong ones came from its address. */
-TEST(pace_never_locks_out)
+/* Guessing is slowed down per (address, username) and per address, to a bounded number of
+ * checks however many connections guess at once; a right password is never answered "wrong",
+ * and gets in at its turn, however many wrong ones came from its address before. */
+TEST(pace_bounds_checks_and_never_locks_out)
 {
 	char err[512];
 	CHECK_EQ(auth_reload(MQTT_TEST_DATA "/passwd", NULL, err, sizeof err), 0);
@@ -370,13 +377,45 @@ TEST(pace_never_locks_out)
 	/* bob's right password at a waits its turn behind the guesses, then gets in */
 	CHECK_EQ(attempt("bob", "b0b:with colon", &a, t1, &at), AUTH_OK);
 	CHECK_EQ(at, t1 + 4000 * MS);
-	/* never more than AUTH_MAX_WAIT, however many wait */
+	/* however many connections guess at once, a pair gets burst + AUTH_MAX_WAIT / interval
+	 * checks (3 + 10), none waiting more than AUTH_MAX_WAIT; the rest are not checked */
 	int64_t t2 = t1 + 100000 * MS;
-	for (int i = 0; i < 50; i++)
-		attempt("bob", "guess", &a, t2, &at);
-	CHECK_EQ(at, t2 + AUTH_MAX_WAIT);
-	CHECK_EQ(attempt("bob", "b0b:with colon", &a, t2, &at), AUTH_OK);
-	CHECK_EQ(at, t2 + AUTH_MAX_WAIT);
+	int checked = 0, busy = 0;
+	for (int i = 0; i < 50; i++) {
+		int r = attempt("bob", "guess", &a, t2, &at);
+		if (r == BUSY) {
+			busy++;
+		} else {
+			CHECK_EQ(r, AUTH_BAD_CREDENTIALS);
+			checked++;
+		}
+	}
+	CHECK_EQ(checked, 13);
+	CHECK_EQ(busy, 37);
+	/* while the flood lasts, the right password is told to try later, never that it is
+	 * wrong; each interval frees one turn, AUTH_MAX_WAIT ahead */
+	CHECK_EQ(attempt("bob", "b0b:with colon", &a, t2, &at), BUSY);
+	CHECK_EQ(attempt("bob", "b0b:with colon", &a, t2 + 1000 * MS, &at), AUTH_OK);
+	CHECK_EQ(at, t2 + 1000 * MS + AUTH_MAX_WAIT);
+	/* bob's other addresses and alice at a are not held up */
+	CHECK_EQ(attempt("bob", "b0b:with colon", &b, t2, &at), AUTH_OK);
+	CHECK_EQ(at, t2);
+	CHECK_EQ(attempt("alice", "alice-pw", &a, t2, &at), AUTH_OK);
+	CHECK_EQ(at, t2);
+	/* an address guessing many names fills its own schedule (4 x 3 at once, then four an
+	 * interval: 12 + 40 turns), and then everyone there is told to try later */
+	int64_t t2b = t2 + 50000 * MS;
+	char nm[32];
+	checked = busy = 0;
+	for (int i = 0; i < 100; i++) {
+		snprintf(nm, sizeof nm, "n%d", i);
+		int r = attempt(nm, "guess", &a, t2b, &at);
+		r == BUSY ? busy++ : checked++;
+	}
+	CHECK_EQ(checked, 52);
+	CHECK_EQ(busy, 48);
+	CHECK_EQ(attempt("alice", "alice-pw", &a, t2b, &at), BUSY);
+	CHECK_EQ(attempt("alice", "alice-pw", &b, t2b, &at), AUTH_OK);
 	/* one address trying many names (four times the burst at once, then four an interval) */
 	int64_t t3 = t2 + 100000 * MS;
 	char name[32];
