@@ -89,11 +89,15 @@ int weft_unpin(void);
 typedef struct weft_task weft_task;
 
 /*
- * A task that overflows its stack ends the program with "weft: task <id> (<name>) overflowed its
- * <size>-byte stack": at once when its stack has a guard page, as the first $WEFT_STACK_GUARDS
- * stacks do (default: a quarter of vm.max_map_count less 2048, 14,334 on a default kernel, so
- * that half of the mappings stay for the program); beyond that, when the task next parks with
- * no deadline or ends, or within 16 switches (a canary check).
+ * A task gets stack_size bytes less weft's record of the task (a few hundred bytes at the top
+ * of the stack; the message below says the usable size). A task that overflows its stack ends
+ * the program with "weft: task <id> (<name>) overflowed its <size>-byte stack": at once when
+ * its stack has a guard page, as the first $WEFT_STACK_GUARDS stacks do (default: a quarter of
+ * vm.max_map_count less 2048, 14,334 on a default kernel, so that half of the mappings stay for
+ * the program); beyond that, when the task next parks with no deadline or ends, or within 16
+ * switches (a canary check). Compile tasks' code with -fstack-clash-protection (pkg-config
+ * --cflags weft has it): without it a frame bigger than a page can step over the guard page
+ * and write into the stack below, another task's, before anything faults.
  */
 #define WEFT_STACK_DEFAULT (64 * 1024) /* bytes */
 #define WEFT_STACK_MIN (16 * 1024)     /* bytes; smaller sizes are rejected with EINVAL */
