@@ -360,12 +360,17 @@ int access_load(bool start);
 extern bool access_acl_on;
 /* Bind s to the current ACL rules for this username (NULL: anonymous) and its client id. */
 void access_bind(session *s, const char *user, size_t user_len);
-/* May s's client receive m? Lock-free: one load when no acl_file is configured. */
-bool access_read_slow(struct acl_client *a, const msg *m);
+/* s's binding to the rules in force (made again here if a reload came since it was made), or
+ * NULL when no acl_file is configured. Valid within the caller's read section (epoch.c). */
+struct acl_client *access_binding(session *s);
+/* May s's client receive m, by the rules in force? Lock-free: one load when no acl_file is
+ * configured; with one, a load and a compare more (a reload?) before the check. In a read
+ * section. */
+bool access_read_slow(session *s, struct acl_client *a, const msg *m);
 static inline bool access_read(session *s, const msg *m)
 {
 	struct acl_client *a = atomic_load_explicit(&s->acl, memory_order_acquire);
-	return !a || access_read_slow(a, m);
+	return !a || access_read_slow(s, a, m);
 }
 /* Free s's binding (the session is being freed: nobody reads it any more). */
 void access_unbind(session *s);

@@ -454,7 +454,7 @@ static int on_connect(conn *c, mq_packet *pk)
 
 static bool may_write(session *s, const uint8_t *topic, uint16_t tlen)
 {
-	acl_client *a = atomic_load_explicit(&s->acl, memory_order_acquire);
+	acl_client *a = access_binding(s);
 	return !a || acl_check(a, (const char *)topic, tlen, ACL_WRITE);
 }
 
@@ -616,7 +616,7 @@ static int on_subscribe(conn *c, mq_packet *pk)
 				free(codes);
 			return -MQ_RC_PROTOCOL_ERROR;
 		}
-		acl_client *a = atomic_load_explicit(&s->acl, memory_order_acquire);
+		acl_client *a = access_binding(s);
 		if (a && !acl_check_subscribe(a, (const char *)f.p, f.len)) {
 			codes[i] = c->version == 5 ? MQ_RC_NOT_AUTHORIZED : 0x80;
 			continue;
@@ -787,11 +787,6 @@ static int process(conn *c, rd *b, bool *will)
 	uint32_t off = 0;
 	int r = 0;
 	ebr_enter(&c->rd);
-	if (c->s) { /* rules reloaded since this client was bound: bind again */
-		acl_client *a = atomic_load_explicit(&c->s->acl, memory_order_acquire);
-		if (a && acl_stale(a))
-			access_bind(c->s, c->user, c->user_len);
-	}
 	while (!r && off < b->len) {
 		int hdr;
 		long total = mq_frame(b->buf + off, b->len - off, &hdr);
