@@ -7,11 +7,25 @@
  * task publishes. So the binding (acl.c's acl_client: the client's own rules and its patterns
  * with %u and %c filled in) hangs off the session, where the router finds it, as an atomic
  * pointer: a reader loads it and checks without any lock. A connection replaces it when it
- * connects and when a reload made it stale; the old binding goes to epoch.c, which frees it
- * once every read section that could have loaded it has ended (every route runs in one). With
- * no acl_file the pointer stays NULL and the check is one load and a branch.
+ * connects; the old binding goes to epoch.c, which frees it once every read section that could
+ * have loaded it has ended (every route runs in one). With no acl_file the pointer stays NULL
+ * and the check is one load and a branch.
  *
- * An offline session keeps the binding it had until its client comes back, which binds again.
+ * After a reload (SIGHUP), every use of a binding - a delivery routed, queued or drained from a
+ * retained backlog, the client's PUBLISH or SUBSCRIBE - compares its generation with the rules'
+ * (acl_stale: one load of a word that changes only on reload) and, when it is older, the task
+ * that found it binds the same client (username, client id: the binding keeps them) to the new
+ * rules and swaps it in with a compare-and-swap; a task that loses the race frees its own and
+ * uses the winner's. So whatever is decided once the reload has swapped the rules in is decided
+ * by them, for a client that never sends a packet too, and the publish path pays one load and a
+ * compare per receiver. Rejected: rebinding at the connection's next packet (a client that only
+ * receives kept the old rules for as long as it stayed silent: the hole this closes); rebinding
+ * every session when the reload happens (a walk of the session table, which needs each
+ * session's username, known to its connection only, and races a CONNECT binding against the
+ * old rules, so the check above would still be needed).
+ *
+ * An offline session keeps the client its binding names: what reaches it meanwhile is checked
+ * against that client's rules as they are now, and its client binds afresh when it comes back.
  */
 #include <stdio.h>
 
@@ -62,9 +76,33 @@ void access_bind(session *s, const char *user, size_t user_len)
 		ebr_retire(old, unbind_cb);
 }
 
-bool access_read_slow(acl_client *a, const msg *m)
+/* a, loaded from s, is stale: put the same client's binding to the rules now in force in its
+ * place, unless another task did first (then use that one). NULL only if s was unbound. */
+static acl_client *rebind(session *s, acl_client *a)
 {
-	return acl_check(a, m->topic, m->topic_len, ACL_READ);
+	while (a && acl_stale(a)) {
+		acl_client *n = acl_rebind(a);
+		if (atomic_compare_exchange_strong_explicit(&s->acl, &a, n, memory_order_acq_rel,
+							    memory_order_acquire)) {
+			ebr_retire(a, unbind_cb);
+			return n;
+		}
+		acl_unbind(n); /* a is now what the winner put there */
+	}
+	return a;
+}
+
+acl_client *access_binding(session *s)
+{
+	acl_client *a = atomic_load_explicit(&s->acl, memory_order_acquire);
+	return a && acl_stale(a) ? rebind(s, a) : a;
+}
+
+bool access_read_slow(session *s, acl_client *a, const msg *m)
+{
+	if (acl_stale(a))
+		a = rebind(s, a);
+	return !a || acl_check(a, m->topic, m->topic_len, ACL_READ);
 }
 
 void access_unbind(session *s)

@@ -20,7 +20,8 @@
  *
  * Reload swaps the table pointer under a lock and bumps a generation number; bound clients keep
  * the old table alive through their reference until they rebind, so nothing is freed under a
- * reader.
+ * reader. A binding keeps whom it binds (username, client id), so that whoever finds it stale
+ * (acl_stale: one load) can make its successor (acl_rebind) without asking the connection.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -74,6 +75,10 @@ struct acl_client {
 	bool has_patterns, dangerous;
 	uint64_t gen;
 	char *own;                 /* the substituted pattern strings, one block */
+	char *who;                 /* whom it binds, for acl_rebind: the username (ul bytes,
+				    * absent when anonymous) then the client id (il bytes) */
+	size_t ul, il;
+	bool anon;
 };
 
 /* ---- matching ------------------------------------------------------------------------------- */
@@ -476,6 +481,16 @@ static acl_client *bind_to(acl_table *t, uint64_t gen, const char *user, size_t 
 		abort();
 	c->t = t;
 	c->gen = gen;
+	c->anon = !user;
+	c->ul = user ? ul : 0;
+	c->il = il;
+	c->who = malloc(c->ul + il + 1);
+	if (!c->who)
+		abort();
+	if (c->ul)
+		memcpy(c->who, user, ul);
+	if (il)
+		memcpy(c->who + c->ul, id, il);
 	if (!t)
 		return c;
 	const rlist *mine = &t->anon;
@@ -541,6 +556,11 @@ acl_client *acl_bind(const char *user, size_t ul, const char *id, size_t il)
 	return bind_to(t, gen, user, ul, id, il);
 }
 
+acl_client *acl_rebind(const acl_client *c)
+{
+	return acl_bind(c->anon ? NULL : c->who, c->ul, c->who + c->ul, c->il);
+}
+
 void acl_unbind(acl_client *c)
 {
 	if (!c)
@@ -548,6 +568,7 @@ void acl_unbind(acl_client *c)
 	release(c->t);
 	free(c->v);
 	free(c->own);
+	free(c->who);
 	free(c);
 }
 

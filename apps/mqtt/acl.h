@@ -22,12 +22,13 @@
  *
  * Each connection binds to the current rules once (acl_bind: its list, its patterns with %u
  * and %c already substituted), so a check walks short arrays and allocates nothing. A reload
- * (SIGHUP) swaps in new rules; a bound client notices through acl_stale and binds again.
+ * (SIGHUP) swaps in new rules; whoever uses a binding notices through acl_stale and replaces it
+ * with acl_rebind (the same client, the rules now in force).
  *
- * The broker's calls (see docs/weft-mqtt-security.md):
+ * The broker's calls (see docs/weft-mqtt-security.md; access.c):
  *   at start and on SIGHUP      acl_reload(conf.acl_file, err, sizeof err)
  *   after CONNACK 0             c->acl = acl_bind(username, client_id)
- *   at the start of each batch  if (acl_stale(c->acl)) rebind
+ *   before each check below     if (acl_stale(c->acl)) c->acl = acl_rebind(c->acl)
  *   PUBLISH in                  acl_check(c->acl, topic, ACL_WRITE): drop if refused
  *                               (QoS 1/2: PUBACK/PUBREC 0x87 for 5.0)
  *   SUBSCRIBE                   acl_check_subscribe(c->acl, filter): refused -> SUBACK 0x87
@@ -65,6 +66,8 @@ acl_client *acl_bind_table(acl_table *t, const char *user, size_t user_len,
 void acl_unbind(acl_client *c);
 /* True when the current rules changed since c was bound. */
 bool acl_stale(const acl_client *c);
+/* The client c binds (its username and client id) bound to the current rules. Never NULL. */
+acl_client *acl_rebind(const acl_client *c);
 
 /* May c read (receive) or write (publish) this topic name? */
 bool acl_check(const acl_client *c, const char *topic, size_t len, int access);

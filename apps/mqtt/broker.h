@@ -193,7 +193,7 @@ typedef struct session {
 	uint32_t dl_pos;
 	/* outbound */
 	uint8_t *out;              /* encoded packets not yet written */
-	uint32_t out_len, out_cap;
+	size_t out_len, out_cap;
 	dlv *inflight, *inflight_tail;
 	uint32_t ninflight;
 	dlv *queue, *queue_tail;
@@ -246,16 +246,24 @@ static inline void session_ref(session *s)
 void session_deliver(session *s, msg *m, int qos, int retain, const uint32_t *subids, int nsub,
 		     struct conn *by);
 /* session_deliver's work with s's lock held, now the time if m expires (else anything). With
- * `capped` off (a retained backlog's delivery, retained.c) qos0_queue_bytes,
- * max_queued_messages and max_queued_bytes do not apply. */
+ * `capped` off (a retained backlog's delivery, retained.c, which has bounds of its own)
+ * qos0_queue_bytes, max_queued_messages and max_queued_bytes do not apply. */
 void session_put(session *s, msg *m, int qos, int retain, const uint32_t *subids, int nsub,
 		 struct conn *by, int64_t now, bool capped);
+/* The limit a delivery to s at qos with payload_len bytes meets now (qos0_queue_bytes, or an
+ * offline client, for QoS 0; max_queued_messages, max_queued_bytes beyond the window for QoS
+ * 1/2): the ST_DROP_* it is counted as when dropped, or -1 when it has room. Lock held. */
+int session_limit(const session *s, int qos, uint32_t payload_len);
+/* Count a delivery dropped at limit `why` (session_limit's), as session_put does. */
+void session_dropped(int why);
+/* Room for n bytes at the end of s's output, which grows to take them (lock held). */
+uint8_t *session_out_room(session *s, size_t n);
 /* Whether s's connection takes output now: attached and not being torn down (lock held). */
 bool session_taking_output(const session *s);
 /* Take s's whole output to write it (lock of s held): its bytes (*len of them, a pool buffer
  * the caller frees) and the store ticket they must wait for (persist.c); s's output is empty
  * after. */
-uint8_t *session_take_out(session *s, uint32_t *len, int64_t *need);
+uint8_t *session_take_out(session *s, size_t *len, int64_t *need);
 /* topic_send_retained's end, s's lock held: start s's backlog for filter with v[0..n), the
  * matching retained messages referenced (the array is s's now), then let the lock go. */
 void session_retained(session *s, const char *filter, uint16_t len, msg **v, uint32_t n,
@@ -340,8 +348,11 @@ void retained_start(session *s, const char *filter, uint16_t len, msg **v, uint3
 		    int max_qos, uint32_t subid);
 /* Move what has room now into s's output and window: whether anything was added. */
 bool retained_drain(session *s);
-/* A live delivery of m to s comes: the entry of m's topic pending in a backlog goes first. */
-void retained_overtake(session *s, const msg *m, struct conn *by);
+/* A live delivery of m to s at qos comes: the entry of m's topic pending in a backlog goes
+ * first, if the limits of live delivery leave it room. -1, or, when an entry of the same QoS
+ * stays for want of room, the limit (session_limit) that m is to be dropped at: it would
+ * overtake that entry. */
+int retained_overtake(session *s, const msg *m, int qos, struct conn *by);
 /* A SUBSCRIBE replaced filter's subscription and sends no retained messages: a backlog
  * pending for it goes on with the new options (takes the lock). */
 void retained_resubscribed(session *s, const char *filter, uint16_t len, int max_qos,
@@ -360,12 +371,17 @@ int access_load(bool start);
 extern bool access_acl_on;
 /* Bind s to the current ACL rules for this username (NULL: anonymous) and its client id. */
 void access_bind(session *s, const char *user, size_t user_len);
-/* May s's client receive m? Lock-free: one load when no acl_file is configured. */
-bool access_read_slow(struct acl_client *a, const msg *m);
+/* s's binding to the rules in force (made again here if a reload came since it was made), or
+ * NULL when no acl_file is configured. Valid within the caller's read section (epoch.c). */
+struct acl_client *access_binding(session *s);
+/* May s's client receive m, by the rules in force? Lock-free: one load when no acl_file is
+ * configured; with one, a load and a compare more (a reload?) before the check. In a read
+ * section. */
+bool access_read_slow(session *s, struct acl_client *a, const msg *m);
 static inline bool access_read(session *s, const msg *m)
 {
 	struct acl_client *a = atomic_load_explicit(&s->acl, memory_order_acquire);
-	return !a || access_read_slow(a, m);
+	return !a || access_read_slow(s, a, m);
 }
 /* Free s's binding (the session is being freed: nobody reads it any more). */
 void access_unbind(session *s);
@@ -446,7 +462,7 @@ typedef struct conn {
 	uint64_t batch;
 	/* writer state when the socket pushed back */
 	uint8_t *wbuf;
-	uint32_t wlen, woff;
+	size_t wlen, woff;
 	int64_t wneed;            /* the writer task writes wbuf once this write is durable */
 	bool writer_running;
 	atomic_int kick_rc;       /* set by conn_kick: the reason to give a 5.0 client */
@@ -472,7 +488,7 @@ void conn_serve(int fd, int protocol, struct tls_ctx *tls);
 ssize_t conn_write(conn *c, const void *buf, size_t n, int64_t deadline);
 /* What goes to the socket from out[] (taken whole, from the pool): as it is, or for a WebSocket
  * client in one binary frame (a new pool buffer; buf is freed). *len is updated. */
-uint8_t *conn_frame(conn *c, uint8_t *buf, uint32_t *len);
+uint8_t *conn_frame(conn *c, uint8_t *buf, size_t *len);
 /* Note s as needing a flush at the end of c's current batch. */
 void conn_mark_dirty(conn *c, session *s);
 void conns_shutdown(void);

@@ -38,7 +38,8 @@ endif
 MQTT_OBJ := $(MQTT_SRC:apps/mqtt/%.c=$(B)/obj/mqtt/%.o)
 
 ALL   += $(B)/bin/weft-mqtt
-TESTS += $(B)/tests/mqtt_codec $(B)/tests/mqtt_topic $(B)/tests/mqtt_deadline $(B)/tests/mqtt_broker
+TESTS += $(B)/tests/mqtt_codec $(B)/tests/mqtt_topic $(B)/tests/mqtt_deadline $(B)/tests/mqtt_broker \
+	$(B)/tests/mqtt_access
 # The isolation test (tests/isolation.c: others' p99 beside a flooder and a slow reader): with
 # max_publish_rate in every `make test`; with the broker's defaults, where nothing limits the
 # flood and the 2x target is missed on a shared 2-core machine (see the file's header), only

@@ -122,7 +122,7 @@ ssize_t conn_write(conn *c, const void *buf, size_t n, int64_t deadline)
 	return weft_write(c->fd, buf, n, deadline);
 }
 
-uint8_t *conn_frame(conn *c, uint8_t *buf, uint32_t *len)
+uint8_t *conn_frame(conn *c, uint8_t *buf, size_t *len)
 {
 	if (!c->ws)
 		return buf;
@@ -132,7 +132,7 @@ uint8_t *conn_frame(conn *c, uint8_t *buf, uint32_t *len)
 	memcpy(f, h, hl);
 	memcpy(f + hl, buf, *len);
 	pool_free(buf);
-	*len += (uint32_t)hl;
+	*len += hl;
 	return f;
 }
 
@@ -454,7 +454,7 @@ static int on_connect(conn *c, mq_packet *pk)
 
 static bool may_write(session *s, const uint8_t *topic, uint16_t tlen)
 {
-	acl_client *a = atomic_load_explicit(&s->acl, memory_order_acquire);
+	acl_client *a = access_binding(s);
 	return !a || acl_check(a, (const char *)topic, tlen, ACL_WRITE);
 }
 
@@ -616,7 +616,7 @@ static int on_subscribe(conn *c, mq_packet *pk)
 				free(codes);
 			return -MQ_RC_PROTOCOL_ERROR;
 		}
-		acl_client *a = atomic_load_explicit(&s->acl, memory_order_acquire);
+		acl_client *a = access_binding(s);
 		if (a && !acl_check_subscribe(a, (const char *)f.p, f.len)) {
 			codes[i] = c->version == 5 ? MQ_RC_NOT_AUTHORIZED : 0x80;
 			continue;
@@ -787,11 +787,6 @@ static int process(conn *c, rd *b, bool *will)
 	uint32_t off = 0;
 	int r = 0;
 	ebr_enter(&c->rd);
-	if (c->s) { /* rules reloaded since this client was bound: bind again */
-		acl_client *a = atomic_load_explicit(&c->s->acl, memory_order_acquire);
-		if (a && acl_stale(a))
-			access_bind(c->s, c->user, c->user_len);
-	}
 	while (!r && off < b->len) {
 		int hdr;
 		long total = mq_frame(b->buf + off, b->len - off, &hdr);
@@ -956,7 +951,7 @@ static void conn_end(conn *c, int rc, bool will)
 	session *s = c->s;
 	if (s) {
 		uint8_t *buf = NULL;
-		uint32_t len = 0;
+		size_t len = 0;
 		int64_t need = 0;
 		WEFT_WITH_LOCK(&s->lock) {
 			/* From here on, deliveries queue in the session (taking_output, session.c):
@@ -982,18 +977,8 @@ static void conn_end(conn *c, int rc, bool will)
 			} else if (c->version == 5 && rc && rc != 1) {
 				n = mq_enc_disconnect(d, 5, rc, NULL);
 			}
-			if (n) {
-				if (s->out_len + n > s->out_cap) {
-					uint8_t *nb = pool_alloc(s->out_len + n);
-					if (s->out_len)
-						memcpy(nb, s->out, s->out_len);
-					pool_free(s->out);
-					s->out = nb;
-					s->out_cap = (uint32_t)pool_size(nb);
-				}
-				memcpy(s->out + s->out_len, d, n);
-				s->out_len += (uint32_t)n;
-			}
+			if (n)
+				memcpy(session_out_room(s, n), d, n);
 			if (d != dd)
 				free(d);
 			buf = session_take_out(s, &len, &need);

@@ -19,8 +19,10 @@
  *
  * Retained messages a SUBSCRIBE sends are a backlog of the session (retained.c): references
  * to them, drained into the output and the window as room frees (after each write, each
- * acknowledgement, on resume), past the limits above, since it must be complete and what is
- * retained bounds it. Of a client that reads nothing it keeps 64 KiB more in the output.
+ * acknowledgement, on resume), past the limits above, since it must be complete; the drain
+ * bounds it (64 KiB more in the output of a client that reads nothing, and the window). A
+ * retained message a live one pulls ahead of it goes within the limits (session_limit), so the
+ * bound above holds while a backlog is pending too.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -45,7 +47,7 @@ bool session_taking_output(const session *s)
 	return taking_output(s);
 }
 
-uint8_t *session_take_out(session *s, uint32_t *len, int64_t *need)
+uint8_t *session_take_out(session *s, size_t *len, int64_t *need)
 {
 	uint8_t *buf = s->out;
 	*len = s->out_len;
@@ -55,7 +57,12 @@ uint8_t *session_take_out(session *s, uint32_t *len, int64_t *need)
 	return buf;
 }
 
-static uint8_t *out_room(session *s, size_t n)
+/* Room for n more bytes at the end of s's output (lock held). Its length and capacity are
+ * size_t: what bounds them is the limits of delivery (above), never a counter's width; a window
+ * of large QoS 1/2 messages to a client that reads nothing (20 of 256 MB, the defaults) passes
+ * 4 GiB. Rejected: 32-bit counters under a ceiling, which every writer of the output, the
+ * acknowledgements too, would have to be able to refuse at. */
+uint8_t *session_out_room(session *s, size_t n)
 {
 	if (s->out_len + n > s->out_cap) {
 		size_t want = (s->out_len + n) * 2;
@@ -66,10 +73,10 @@ static uint8_t *out_room(session *s, size_t n)
 			memcpy(b, s->out, s->out_len);
 		pool_free(s->out);
 		s->out = b;
-		s->out_cap = (uint32_t)pool_size(b);
+		s->out_cap = pool_size(b);
 	}
 	uint8_t *p = s->out + s->out_len;
-	s->out_len += (uint32_t)n;
+	s->out_len += n;
 	return p;
 }
 
@@ -150,7 +157,7 @@ static int encode_pub(session *s, msg *m, int qos, uint16_t pid, int dup, int re
 		free(mapped);
 		return -1;
 	}
-	mq_enc_publish(out_room(s, n), &e);
+	mq_enc_publish(session_out_room(s, n), &e);
 	free(mapped);
 	stats_add(ST_PUB_SENT, 1);
 	stats_add(ST_MSG_SENT, 1);
@@ -313,16 +320,38 @@ static void after(session *s, conn *by, bool flush)
 		session_flush(s);
 }
 
+int session_limit(const session *s, int qos, uint32_t payload_len)
+{
+	if (qos == 0) {
+		bool full = !taking_output(s) || s->out_len > (size_t)conf.qos0_queue_bytes;
+		return full ? ST_DROP_QOS0 : -1;
+	}
+	if (taking_output(s) && !s->queue && s->ninflight < s->window)
+		return -1;
+	if (s->nqueued >= (uint32_t)conf.max_queued_messages)
+		return ST_DROP_QUEUE_FULL;
+	if (conf.max_queued_bytes &&
+	    s->queued_bytes + payload_len > (uint64_t)conf.max_queued_bytes)
+		return ST_DROP_QUEUE_BYTES;
+	return -1;
+}
+
+void session_dropped(int why)
+{
+	stats_add(why, 1);
+	stats_add(ST_PUB_DROPPED, 1);
+}
+
 void session_put(session *s, msg *m, int qos, int retain, const uint32_t *subids, int nsub,
 		 conn *by, int64_t now, bool capped)
 {
-	bool dropped = false;
-	if (qos == 0) {
-		if (!taking_output(s) || (capped && s->out_len > conf.qos0_queue_bytes)) {
-			dropped = true;
-			stats_add(ST_DROP_QOS0, 1);
-		} else
-			dropped = encode_pub(s, m, 0, 0, 0, retain, subids, nsub, now) < 0;
+	int why = capped ? session_limit(s, qos, m->payload_len)
+			 : qos == 0 && !taking_output(s) ? ST_DROP_QOS0 : -1;
+	if (why >= 0) {
+		session_dropped(why);
+	} else if (qos == 0) {
+		if (encode_pub(s, m, 0, 0, 0, retain, subids, nsub, now) < 0)
+			stats_add(ST_PUB_DROPPED, 1);
 	} else if (taking_output(s) && !s->queue && s->ninflight < s->window) {
 		dlv *d = dlv_new(m, qos, retain, subids, nsub);
 		if (s->stored) { /* stored as sent already: one write instead of two */
@@ -330,21 +359,12 @@ void session_put(session *s, msg *m, int qos, int retain, const uint32_t *subids
 			out_after(s, qos, persist_enqueue(s, d, by));
 		}
 		start(s, d, now);
-	} else if (capped && s->nqueued >= (uint32_t)conf.max_queued_messages) {
-		dropped = true;
-		stats_add(ST_DROP_QUEUE_FULL, 1);
-	} else if (capped && conf.max_queued_bytes &&
-		   s->queued_bytes + m->payload_len > (uint64_t)conf.max_queued_bytes) {
-		dropped = true;
-		stats_add(ST_DROP_QUEUE_BYTES, 1);
 	} else {
 		dlv *d = dlv_new(m, qos, retain, subids, nsub);
 		if (s->stored)
 			persist_enqueue(s, d, by);
 		queue_append(s, d);
 	}
-	if (dropped)
-		stats_add(ST_PUB_DROPPED, 1);
 }
 
 void session_deliver(session *s, msg *m, int qos, int retain, const uint32_t *subids, int nsub,
@@ -356,9 +376,12 @@ void session_deliver(session *s, msg *m, int qos, int retain, const uint32_t *su
 		weft_mutex_unlock(&s->lock);
 		return;
 	}
-	if (s->backlog) /* a retained message of m's topic still to send goes first */
-		retained_overtake(s, m, by);
-	session_put(s, m, qos, retain, subids, nsub, by, now, true);
+	/* a retained message of m's topic still to send goes first, or holds m back */
+	int held = s->backlog ? retained_overtake(s, m, qos, by) : -1;
+	if (held >= 0)
+		session_dropped(held);
+	else
+		session_put(s, m, qos, retain, subids, nsub, by, now, true);
 	bool flush = want_flush(s, by);
 	weft_mutex_unlock(&s->lock);
 	after(s, by, flush);
@@ -379,7 +402,7 @@ void session_send(session *s, const void *pkt, size_t n, conn *by)
 	WEFT_WITH_LOCK(&s->lock) {
 		if (!taking_output(s))
 			break;
-		memcpy(out_room(s, n), pkt, n);
+		memcpy(session_out_room(s, n), pkt, n);
 		flush = want_flush(s, by);
 	}
 	stats_add(ST_MSG_SENT, 1);
@@ -457,7 +480,7 @@ void session_pubrec(session *s, uint16_t pid, int reason, conn *by)
 			uint8_t pkt[8];
 			size_t n = mq_enc_ack(pkt, s->version, MQ_PUBREL, pid,
 					      d ? 0 : MQ_RC_PACKET_ID_NOT_FOUND, NULL);
-			memcpy(out_room(s, n), pkt, n);
+			memcpy(session_out_room(s, n), pkt, n);
 		}
 		flush = want_flush(s, by);
 	}
@@ -486,7 +509,7 @@ void session_resume(session *s, conn *by)
 			} else {
 				uint8_t pkt[8];
 				size_t n = mq_enc_ack(pkt, s->version, MQ_PUBREL, d->pid, 0, NULL);
-				memcpy(out_room(s, n), pkt, n);
+				memcpy(session_out_room(s, n), pkt, n);
 			}
 			if (r < 0) { /* too large for this connection: dropped */
 				if (d->mid)

@@ -12,15 +12,22 @@
  * window (fill_window), the client coming back to its session (session_resume). So a client
  * that reads nothing holds a chunk in its output and one in its writer, the socket pushes
  * back, and the backlog costs a pointer per message not yet sent (and, once a live message
- * comes while it is pending, a slot of its topic index).
+ * comes while it is pending, a slot of its topic index). The pointers are references: a
+ * retained message replaced or cleared after the snapshot stays in memory until it is sent or
+ * the backlog ends, so a pending backlog can hold as much as its filter matched in the store
+ * at the SUBSCRIBE, beside the store.
  *
  * The limits on live deliveries (qos0_queue_bytes, max_queued_messages, max_queued_bytes) do
- * not apply to a backlog's deliveries: what is retained bounds the backlog, and it must be
- * complete. Rejected: pushing the whole backlog through session_deliver at once (mosquitto's
+ * not cut a backlog: it must be complete, and draining bounds what it adds to a chunk and a
+ * window. Rejected: pushing the whole backlog through session_deliver at once (mosquitto's
  * way), where those limits drop all but a window and a queue of it; queueing it as
  * deliveries (a record per message per subscriber, where the snapshot is a pointer); a
  * resumable walk of the tree (its nodes are freed through epoch.c and its hash tables rebuilt
  * as they grow: a cursor into it between batches would need both pinned).
+ * An entry a live message pulls ahead (retained_overtake, below) is another matter: it goes on
+ * the live message's account, within those limits, or not at all. Rejected: sending it past
+ * them, which let a client that pings but never reads take a copy of every retained message
+ * its filters match into its output for each SUBSCRIBE, as live messages came on their topics.
  *
  * Choices (docs/weft-mqtt.md, "Retained messages on subscribe", says what is promised):
  *  - What is sent is the snapshot: a retained message replaced or cleared after the SUBSCRIBE
@@ -28,7 +35,10 @@
  *    was delivered live, the subscription being in place before the snapshot.
  *  - Order on a topic: a live message to the session whose topic has an entry still pending
  *    in a backlog takes that entry out and delivers it first (retained_overtake), so no live
- *    message on a topic is overtaken by its older retained one. Live messages queued go
+ *    message on a topic is overtaken by its older retained one. If the limits of live delivery
+ *    leave the entry no room, it stays, and a live message of its QoS is dropped at that limit
+ *    instead of overtaking it (of another QoS it goes on: [MQTT-4.6.0-6] orders messages of
+ *    one QoS). Live messages queued go
  *    before the backlog's QoS 1/2 entries: the backlog takes the room live traffic leaves,
  *    and a live message waits behind at most a chunk and a window of it. Rejected: the
  *    backlog first, as if queued at the SUBSCRIBE (mosquitto's order), which makes live
@@ -213,21 +223,36 @@ static msg **lookup(rbacklog *b, const msg *m, uint32_t h)
 	return NULL;
 }
 
-void retained_overtake(session *s, const msg *m, conn *by)
+int retained_overtake(session *s, const msg *m, int qos, conn *by)
 {
 	bool online = session_taking_output(s);
 	uint32_t h = topic_hash(m->topic, m->topic_len);
 	int64_t now = 0;
+	int held = -1;
 	for (rbacklog *b = s->backlog; b; b = b->next) {
 		msg **e = lookup(b, m, h);
+		if (!e)
+			continue;
+		int g = granted(b, *e);
 		/* offline, a QoS 0 entry stays for the client's return: a live QoS 0 message is
 		 * dropped then, and messages of different QoS are not ordered [MQTT-4.6.0-6] */
-		if (!e || (!online && !granted(b, *e)))
+		if (!online && !g)
 			continue;
+		/* it goes on the live message's account, so within the limits of live delivery:
+		 * else it stays for its turn in the drain, and a live message of its QoS, which
+		 * would overtake it, is dropped at the limit it met (one of the same QoS would
+		 * meet it too, but for a smaller payload under max_queued_bytes) */
+		int why = session_limit(s, g, (*e)->payload_len);
+		if (why >= 0) {
+			if (g == qos)
+				held = why;
+			continue;
+		}
 		msg *r = *e;
 		*e = NULL;
 		if (!now)
 			now = weft_now();
 		send_entry(s, b, r, by, now);
 	}
+	return held;
 }

@@ -34,7 +34,7 @@ void session_flush(session *s)
 	}
 	s->writing = true;
 	for (;;) {
-		uint32_t len;
+		size_t len;
 		int64_t need;
 		uint8_t *buf = session_take_out(s, &len, &need);
 		weft_mutex_unlock(&s->lock);
@@ -59,7 +59,7 @@ void session_flush(session *s)
 		if (n >= 0 || n == -ETIMEDOUT) { /* the socket is full: a writer task waits */
 			c->wbuf = buf;
 			c->wlen = len;
-			c->woff = n > 0 ? (uint32_t)n : 0;
+			c->woff = n > 0 ? (size_t)n : 0;
 			c->wneed = need;
 			weft_spawn_opts o = { .name = "mqtt-writer", .detached = 1 };
 			if (weft_spawn_opt(writer, c, &o)) {
@@ -90,7 +90,7 @@ static void writer(void *arg)
 	session *s = c->s;
 	ebr_reader rd = { 0 };
 	for (;;) {
-		uint32_t left = c->wlen - c->woff;
+		size_t left = c->wlen - c->woff;
 		ssize_t n = left ? -EIO : 0;
 		if (left && persist_wait_ticket(c->wneed, WEFT_FOREVER) == 0)
 			n = conn_write(c, c->wbuf + c->woff, left, WEFT_FOREVER);
@@ -111,7 +111,7 @@ static void writer(void *arg)
 				ebr_leave(&rd);
 			}
 			if (s->out_len) {
-				uint32_t len;
+				size_t len;
 				uint8_t *buf = session_take_out(s, &len, &c->wneed);
 				weft_mutex_unlock(&s->lock);
 				c->wbuf = conn_frame(c, buf, &len);

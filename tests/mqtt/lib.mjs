@@ -9,7 +9,7 @@
 // broker (shareBroker): a test that needs a configuration of its own, or stops its broker,
 // skips there.
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -186,6 +186,17 @@ export function brokerAlive() {
 	return !brokerStarted || (broker && !broker.exited());
 }
 
+// The resident memory of broker b's process in KiB (VmRSS).
+export function brokerRssKb(b) {
+	return Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${b.child.pid}/status`, 'utf8'))[1]);
+}
+
+// Whether broker b runs under a sanitizer, whose RSS says little of what the broker holds
+// (shadow memory, freed memory kept in quarantine): memory bounds are not checked there.
+export function brokerSanitized(b) {
+	return /lib[at]san/.test(readFileSync(`/proc/${b.child.pid}/maps`, 'utf8'));
+}
+
 const clients = [], raws = [];
 
 // An MQTT.js client, connected. version: 4 (3.1.1) or 5. Messages go to c.messages as
@@ -206,6 +217,19 @@ export async function client(version, opts = {}, port = broker.port) {
 		c.once('close', () => reject(new Error(`connection closed before CONNACK${c.lastError ? ': ' + c.lastError.message : ''}`)));
 	});
 	return c;
+}
+
+// Two clients of the given version on ok/t; the function returned checks that a message
+// between them still goes through (within 3 s) and that both are still connected.
+export async function bystanders(version) {
+	const s = await client(version), p = await client(version);
+	await s.subscribeAsync('ok/t', { qos: 1 });
+	return async (what) => {
+		const n = s.messages.length;
+		await p.publishAsync('ok/t', what, { qos: 1 });
+		await until(() => s.messages.length > n, 3000, `the bystanders' message after ${what}`);
+		assert(s.connected && p.connected, `bystanders still connected after ${what}`);
+	};
 }
 
 export async function closeAll() {

@@ -8,7 +8,9 @@
 // in the metrics endpoint and in $SYS/broker/publish/messages/dropped); max_connection_rate
 // (the burst+1th quick connection from an address is closed with no CONNACK and counted, and
 // a connection is accepted again once the rate allows); keep-alive (a client that stops
-// sending is disconnected after 1.5 times its keep-alive and its will is published).
+// sending is disconnected after 1.5 times its keep-alive and its will is published); a client
+// that pings but never reads, with a retained backlog pending while live messages come on its
+// topics, costs the broker bounded memory (the limits of live delivery hold; drops counted).
 // mosquitto has no max_connection_rate and no metrics endpoint, and counts max_queued_bytes
 // differently (inflight messages included): against it those tests only start it and pass.
 // Against mosquitto 2.0.11 the others fail where it differs: it checks keep-alives every 5 s
@@ -18,8 +20,8 @@
 import http from 'node:http';
 import {
 	test, startBroker, client, raw, until, eq, assert, sleep, freePort, connectPacket,
-	subscribePacket, publishPacket, packet, str, u16, varint, BROKER, CONNACK, PUBLISH, PUBACK,
-	DISCONNECT,
+	subscribePacket, publishPacket, packet, str, u16, varint, bystanders, brokerRssKb,
+	brokerSanitized, BROKER, CONNACK, PUBLISH, PUBACK, SUBACK, DISCONNECT,
 } from './lib.mjs';
 
 function scrape(port) {
@@ -213,3 +215,64 @@ for (const [v, tag] of [[4, 'v311'], [5, 'v5']]) {
 		}
 	});
 }
+
+// A client that keeps its connection alive with PINGREQ but never reads costs the broker bounded
+// memory, even with a retained backlog pending while live messages come on its topics: each
+// live message on a topic whose retained message is still pending sends that one first, and
+// that goes by the limits of live traffic (qos0_queue_bytes here), not past them. The raw
+// client subscribes to bl/# (2,000 retained messages of 8 KB), stops reading, pings every
+// 500 ms and subscribes again each round (a new backlog each time) while a publisher sends a
+// live message on every bl/ topic: 8 rounds, each of which could pull the whole 16 MB backlog
+// into its output if the limits did not hold. The broker's memory grows by less than 32 MiB;
+// another client's messages go through; the drops are counted as a full QoS 0 queue. Then the
+// client reads: it gets every retained message of its last SUBSCRIBE [MQTT-3.3.1-6].
+test('limits_backlog_pinging_nonreader_bounded_v311', async () => {
+	const mport = await freePort();
+	const b = await startBroker(BROKER === 'weft' ? { metrics_listener: `${mport} 127.0.0.1` } : {});
+	const ok = await bystanders(4);
+	const pub = await client(4);
+	const R = 2000, big = Buffer.alloc(8000, 98);
+	for (let i = 0; i < R; i++) pub.publish(`bl/${i}`, big, { qos: 0, retain: true });
+	await pub.publishAsync('bl/sync', 'x', { qos: 1 }); // the retained ones are all in
+	const rss0 = brokerRssKb(b);
+	const slow = await raw();
+	let reading = true; // until the first SUBACK
+	slow.sock.on('data', () => { if (reading && slow.of(SUBACK).length) slow.sock.pause(), reading = false; });
+	await slow.send(connectPacket({ version: 4, clientId: 'nonreader', keepalive: 2 }));
+	await slow.send(subscribePacket(1, 'bl/#', 0));
+	await until(() => slow.of(SUBACK).length, 3000, 'SUBACK');
+	const ping = setInterval(() => slow.sock.write(packet(12, 0, Buffer.alloc(0))), 500);
+	try {
+		for (let round = 1; round <= 8; round++) {
+			if (round > 1) await slow.send(subscribePacket(round, 'bl/#', 0));
+			for (let i = 0; i < R; i++) {
+				pub.publish(`bl/${i}`, 'live', { qos: 0 });
+				if (i % 500 === 499) await sleep(1);
+			}
+			await pub.publishAsync('bl/sync', 'x', { qos: 1 });
+			await ok(`round ${round} of live messages on a backlog not read`);
+		}
+		const grown = brokerRssKb(b) - rss0;
+		console.error(`  RSS grew by ${grown} KiB`);
+		if (!brokerSanitized(b))
+			assert(grown < 32 * 1024, `the broker's memory grew by ${grown} KiB for a client that reads nothing`);
+		assert(!slow.closed, 'the client that pings is still connected');
+	} finally {
+		clearInterval(ping);
+	}
+	if (BROKER === 'weft') {
+		const m = await scrape(mport);
+		assert(m.get('weft_mqtt_deliveries_dropped_total{reason="qos0_queue_full"}') > 0,
+			'live messages past qos0_queue_bytes are counted as dropped');
+	}
+	// What comes after the last SUBACK with the retain flag is that SUBSCRIBE's backlog.
+	slow.sock.resume();
+	const last = () => slow.packets.slice(slow.packets.findLastIndex((p) => p.type === SUBACK))
+		.filter((p) => p.type === PUBLISH && p.flags & 1)
+		.map((p) => p.body.subarray(2, 2 + p.body.readUInt16BE(0)).toString());
+	await until(() => last().length >= R && slow.of(SUBACK).length === 8, 10000,
+		'the retained messages of the last SUBSCRIBE once the client reads');
+	await sleep(200);
+	eq(new Set(last()).size, R, 'every retained message of the last SUBSCRIBE');
+	eq(last().length, R, '...each once');
+});

@@ -22,9 +22,9 @@
 // of 2, one PUBACK lets it send two more: three in flight, MQTT-3.3.4-9).
 import {
 	test, startBroker, client, raw, until, eq, assert, sleep, connectPacket, subscribePacket,
-	publishPacket, packet, str, u16, u32, varint, CONNACK, PUBLISH, PUBACK, DISCONNECT, BROKER,
+	publishPacket, packet, str, u16, u32, varint, bystanders, brokerRssKb, brokerSanitized, CONNACK,
+	PUBLISH, PUBACK, DISCONNECT, BROKER,
 } from './lib.mjs';
-import { readFileSync } from 'node:fs';
 
 const tags = { 4: 'v311', 5: 'v5' };
 
@@ -40,17 +40,6 @@ async function connected(version, opts = {}) {
 }
 
 // A healthy pair of clients that must keep working whatever the others send.
-async function bystanders(version) {
-	const s = await client(version), p = await client(version);
-	await s.subscribeAsync('ok/t', { qos: 1 });
-	return async (what) => {
-		const n = s.messages.length;
-		await p.publishAsync('ok/t', what, { qos: 1 });
-		await until(() => s.messages.length > n, 3000, `the bystanders' message after ${what}`);
-		assert(s.connected && p.connected, `bystanders still connected after ${what}`);
-	};
-}
-
 async function expectDropped(c, version, what) {
 	await until(() => c.closed, 3000, `the broker to close the connection after ${what}`);
 	if (version === 5)
@@ -194,7 +183,7 @@ for (const v of [4, 5]) {
 
 	test(`slow_subscriber_qos0_${tag}`, async () => {
 		const b = await startBroker();
-		const rss = () => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${b.child.pid}/status`, 'utf8'))[1]);
+		const rss = () => brokerRssKb(b);
 		const ok = await bystanders(v);
 		const slow = await connected(v, { clientId: 'slow' });
 		await slow.send(subscribePacket(1, 'slow/t', 0, v));
@@ -208,8 +197,7 @@ for (const v of [4, 5]) {
 		}
 		await ok('30 MB of QoS 0 for a subscriber that does not read');
 		const grown = rss() - rss0;
-		// (Not in sanitizer builds, which keep freed memory in quarantine.)
-		if (!/lib[at]san/.test(readFileSync(`/proc/${b.child.pid}/maps`, 'utf8')))
+		if (!brokerSanitized(b))
 			assert(grown < 24 * 1024, `the broker holds at most part of what the slow subscriber cannot take (RSS grew ${grown} KiB)`);
 	});
 

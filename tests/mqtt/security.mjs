@@ -9,7 +9,9 @@
 // readwrite and deny, patterns with %u and %c; a publish refused is dropped (5.0: PUBACK/PUBREC
 // 0x87), a subscribe refused in SUBACK (0x87 / 0x80), deliveries and retained messages filtered
 // by the receiver's read access, a will to a topic its client may not write is not published;
-// SIGHUP reloads both files, and a broken file on SIGHUP leaves the old rules in force.
+// SIGHUP reloads both files, and a broken file on SIGHUP leaves the old rules in force; a reload
+// reaches a client that sends nothing (its live deliveries and retained backlog), and grants a
+// filter it refused before.
 //
 // The tests skip (pass with a message) where mosquitto_passwd is missing (Debian: mosquitto).
 // Against mosquitto 2.0: it answers 3.1.1 bad credentials with 0x05 and 5.0 ones with 0x87,
@@ -19,7 +21,10 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { test, startBroker, client, run, start, until, eq, assert, sleep, BROKER, have, skip } from './lib.mjs';
+import {
+	test, startBroker, client, raw, run, start, until, eq, assert, sleep, BROKER, have, skip, packet, str,
+	u16, subscribePacket, PUBLISH, SUBACK,
+} from './lib.mjs';
 
 const weft = BROKER === 'weft';
 
@@ -355,6 +360,80 @@ test('sec_queued_checked_against_current_acl_v5', async () => {
 	await admin.publishAsync('bob/open', 'sync', { qos: 1 });
 	await until(() => got(bob).includes('bob/open sync'), 3000, 'the message after the queued ones');
 	eq(got(bob), ['bob/open a', 'bob/open sync'], 'the queued message bob may no longer read is not sent');
+});
+
+// A reload reaches a client that sends nothing. alice's raw 3.1.1 connection (keep-alive 0)
+// subscribes to news/# (a retained backlog far larger than the socket buffers hold), +/live and
+// alice/#, stops reading, and from then on sends nothing. The reload takes news/# from her and gives her
+// extra/#. Once it is in force (a probe, another session of alice's, may write reloaded/x), a
+// marker on alice/mark goes to her: what the broker sends her after it was decided after the
+// reload. She reads again: after the marker comes nothing of news/ (neither the rest of the
+// backlog nor the live news/live) and extra/live, which the new rules let her read. Her news/#
+// subscription stays, filtered (as in mosquitto): a third file that gives news/# back brings
+// news/ messages again.
+test('sec_sighup_reaches_silent_subscriber_v311', async () => {
+	if (!weft) skip('mosquitto 2.0 does not reload ACL files on SIGHUP');
+	const f = await files();
+	const b = await secureBroker(f);
+	const admin = await as('admin', 5);
+	const N = 12000, payload = 'n'.repeat(2000); // 24 MB: far more than the socket buffers take
+	for (let i = 0; i < N; i++) admin.publish(`news/r/${i}`, payload, { qos: 0, retain: true });
+	await admin.publishAsync('news/r/last', payload, { qos: 1, retain: true }); // after all the others
+	const silent = await raw(b.port);
+	let reading = true; // until the SUBACKs are in
+	silent.sock.on('data', () => { if (reading && silent.of(SUBACK).length >= 3) silent.sock.pause(), reading = false; });
+	const cred = Buffer.concat([str('c-silent'), str('alice'), str(USERS.alice)]);
+	await silent.send(packet(1, 0, Buffer.concat([str('MQTT'), Buffer.from([4, 0xc2]), u16(0), cred])));
+	await silent.send(subscribePacket(1, 'news/#', 0));
+	await silent.send(subscribePacket(2, '+/live', 0));
+	await silent.send(subscribePacket(3, 'alice/#', 0));
+	await until(() => silent.of(SUBACK).length >= 3, 5000, 'SUBACKs');
+	eq(silent.of(SUBACK).map((p) => p.body[2]), [0, 0, 0], 'the subscriptions granted');
+	// From here on the silent client sends nothing and reads nothing.
+	const probe = await as('alice', 5, { clientId: 'c-probe' });
+	eq(await pubCode(probe, 'reloaded/x', 'p'), 0x87, 'before the reload');
+	writeFileSync(f.acl, ACL.replace('topic read news/#\n', '') +
+		'user alice\ntopic read extra/#\ntopic write reloaded/#\n');
+	b.child.kill('SIGHUP');
+	await until(async () => (await pubCode(probe, 'reloaded/x', 'p')) === 0, 5000, 'the reload');
+	for (const t of ['alice/mark', 'news/live', 'extra/live', 'alice/end'])
+		await admin.publishAsync(t, 'x', { qos: 1 });
+	silent.sock.resume();
+	const topics = () => silent.of(PUBLISH).map((p) => p.body.subarray(2, 2 + p.body.readUInt16BE(0)).toString());
+	await until(() => topics().includes('alice/end'), 10000, 'the messages after the reload');
+	await sleep(500); // the rest of the backlog, if it were still sent
+	const all = topics(), after = all.slice(all.indexOf('alice/mark') + 1);
+	assert(all.indexOf('alice/mark') > 0, `some of the backlog came before the reload (${all.length} messages)`);
+	const news = after.filter((t) => t.startsWith('news/'));
+	eq(news.length, 0, `news/ messages sent after the reload took news/# away (${news.slice(0, 3)}...)`);
+	eq(after, ['extra/live', 'alice/end'], 'after the reload: what the new rules let her read');
+	// Her news/# subscription stayed (filtered): a reload that gives news/ back brings its
+	// messages again, with no new SUBSCRIBE.
+	writeFileSync(f.acl, ACL);
+	b.child.kill('SIGHUP');
+	await until(async () => (await pubCode(probe, 'reloaded/x', 'p')) === 0x87, 5000, 'the second reload');
+	await admin.publishAsync('news/again', 'x', { qos: 1 });
+	await until(() => topics().includes('news/again'), 3000, 'news/ again after news/# was given back');
+	assert(!silent.closed, 'the silent client is still connected');
+});
+
+// A grant a reload adds holds for a subscription made after it: retained and live messages.
+test('sec_sighup_grant_new_subscription_v5', async () => {
+	if (!weft) skip('mosquitto 2.0 does not reload ACL files on SIGHUP');
+	const f = await files();
+	const b = await secureBroker(f);
+	const admin = await as('admin');
+	await admin.publishAsync('extra/r', 'kept', { qos: 1, retain: true });
+	const alice = await as('alice', 5, { clientId: 'c-alice', keepalive: 0 });
+	eq(await subCode(alice, 'extra/#'), 0x87, 'before the reload: extra/# refused');
+	writeFileSync(f.acl, ACL + 'user alice\ntopic read extra/#\n');
+	b.child.kill('SIGHUP');
+	await until(async () => (await subCode(alice, 'extra/#')) === 1, 5000, 'extra/# granted after the reload');
+	await until(() => alice.messages.length >= 1, 3000, 'the retained message');
+	await admin.publishAsync('extra/x', 'live', { qos: 1 });
+	await until(() => alice.messages.length >= 2, 3000, 'the live message');
+	await sleep(200);
+	eq(got(alice), ['extra/r kept', 'extra/x live'], 'retained and live messages of the new grant');
 });
 
 // The same with mosquitto_pub and mosquitto_sub.

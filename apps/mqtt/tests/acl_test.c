@@ -319,6 +319,47 @@ TEST(reload_and_stale)
 	acl_unbind(c);
 }
 
+/* acl_rebind binds the same client (username, client id, or anonymous) to the rules in force:
+ * what the broker does with a binding it finds stale after a reload (access.c). */
+TEST(rebind_same_client_new_rules)
+{
+	char err[512], path[512];
+	snprintf(path, sizeof path, "%s",
+		 tmpfile_with("r1.acl", "topic read anon/old\nuser alice\ntopic read old/#\n"
+					"pattern read in/%u/%c\n"));
+	CHECK_EQ(acl_reload(path, err, sizeof err), 0);
+	acl_client *a = acl_bind("alice", 5, "dev1", 4), *n = acl_bind(NULL, 0, "anon1", 5);
+	CHECK(acl_check(a, "old/x", 5, R));
+	CHECK(acl_check(a, "in/alice/dev1", 13, R));
+	CHECK(acl_check(n, "anon/old", 8, R));
+	snprintf(path, sizeof path, "%s",
+		 tmpfile_with("r2.acl", "topic read anon/new\nuser alice\ntopic read new/#\n"
+					"pattern read to/%u/%c\npattern read all/%c\n"));
+	CHECK_EQ(acl_reload(path, err, sizeof err), 0);
+	CHECK(acl_stale(a) && acl_stale(n));
+	acl_client *a2 = acl_rebind(a), *n2 = acl_rebind(n);
+	CHECK(!acl_stale(a2) && !acl_stale(n2));
+	CHECK(acl_check(a, "old/x", 5, R)); /* the old binding is left as it was */
+	CHECK(!acl_check(a2, "old/x", 5, R));
+	CHECK(acl_check(a2, "new/x", 5, R));
+	CHECK(!acl_check(a2, "in/alice/dev1", 13, R));
+	CHECK(acl_check(a2, "to/alice/dev1", 13, R)); /* %u and %c: the same client */
+	CHECK(!acl_check(a2, "to/bob/dev1", 11, R));
+	CHECK(!acl_check(n2, "anon/old", 8, R)); /* anonymous stays anonymous */
+	CHECK(acl_check(n2, "anon/new", 8, R));
+	CHECK(acl_check(n2, "all/anon1", 9, R));
+	CHECK(!acl_check(n2, "to//anon1", 9, R)); /* %u: not for a client without a name */
+	acl_unbind(a);
+	acl_unbind(n);
+	acl_clear();
+	CHECK(acl_stale(a2));
+	acl_client *a3 = acl_rebind(a2);
+	CHECK(acl_check(a3, "anything", 8, W)); /* no acl_file: everything */
+	acl_unbind(a2);
+	acl_unbind(n2);
+	acl_unbind(a3);
+}
+
 /* ---- the same files decided by mosquitto ---------------------------------------------------- */
 
 typedef struct ident {

@@ -681,3 +681,194 @@ TEST(subscribers_stay_whole_while_others_come_and_go)
 {
 	RUN(crowd_main);
 }
+
+/* ---- a retained backlog under live traffic ------------------------------------------------ */
+
+/* The PUBLISHes (3.1.1) in an output buffer, in order: topic number ("x/N") and payload length. */
+typedef struct seen {
+	int topic;
+	uint32_t len;
+} seen;
+
+static int parse_out(const uint8_t *p, size_t n, seen *v, int max)
+{
+	int k = 0;
+	for (size_t i = 0; i < n;) {
+		size_t len = 0, j = i + 1;
+		for (int shift = 0;; shift += 7) {
+			len |= (size_t)(p[j] & 127) << shift;
+			if (!(p[j++] & 128))
+				break;
+		}
+		CHECK_EQ(p[i] >> 4, 3);
+		CHECK(k < max);
+		size_t tl = (size_t)p[j] << 8 | p[j + 1];
+		v[k].topic = atoi((const char *)memchr(p + j + 2, '/', tl) + 1);
+		v[k++].len = (uint32_t)(len - 2 - tl - ((p[i] >> 1) & 3 ? 2 : 0));
+		i = j + len;
+	}
+	return k;
+}
+
+static void publish_live(const char *prefix, int n, int qos, conn *by)
+{
+	char t[16];
+	for (int i = 0; i < n; i++) {
+		int tl = snprintf(t, sizeof t, "%s/%d", prefix, i);
+		msg *m = msg_new(t, (uint16_t)tl, NULL, "live", 4, qos, 0, 0);
+		topic_publish(m, NULL, by);
+		msg_unref(m);
+	}
+}
+
+static void free_by(conn *by)
+{
+	free(by->match.v);
+	free(by->front.v);
+	free(by->front2.v);
+	free(by->dirty.v);
+}
+
+/* A live message on a topic whose retained message is still pending sends that one first, but
+ * only within the limits of live delivery, which hold for the live messages as they hold
+ * otherwise. QoS 0, to a client that reads nothing: its output stays within qos0_queue_bytes
+ * (and the two messages that may pass it), round after round of SUBSCRIBEs and live messages on
+ * every topic; the live messages past the limit are dropped and counted as QoS 0 drops; none of
+ * them comes before the retained message of its topic; and once the client reads, every retained
+ * message of its last SUBSCRIBE comes, once. */
+#define OT_N 400
+#define OT_SIZE 10000
+static int backlog_qos0_main(void *arg)
+{
+	(void)arg;
+	setup();
+	conn c = { 0 }, by = { 0 }; /* by: the publisher, whose flushes wait for its batch's end */
+	session *s = mk_online(&c);
+	static char big[OT_SIZE + 1];
+	memset(big, 'r', OT_SIZE);
+	char t[16];
+	for (int i = 0; i < OT_N; i++) {
+		snprintf(t, sizeof t, "o/%d", i);
+		pub(t, 0, 1, big, NULL);
+	}
+	CHECK_EQ(sub(s, "o/#", 0, 0), 0);
+	uint64_t drop0 = stats_sum(ST_DROP_QOS0), all0 = stats_sum(ST_PUB_DROPPED);
+	const size_t bound = (size_t)conf.qos0_queue_bytes + 2 * (OT_SIZE + 64);
+	for (int round = 0; round < 3; round++) {
+		topic_send_retained(s, "o/#", 3, 0, 0, &by);
+		publish_live("o", OT_N, 0, &by);
+		if (s->out_len > bound)
+			fprintf(stderr, "round %d: %zu bytes of output, over %zu\n", round,
+				s->out_len, bound);
+		CHECK(s->out_len <= bound);
+	}
+	static seen v[4 * OT_N];
+	int nv = parse_out(s->out, s->out_len, v, 4 * OT_N), live = 0;
+	static char had[OT_N];
+	for (int k = 0; k < nv; k++) {
+		if (v[k].len == 4) {
+			live++;
+			CHECK(had[v[k].topic]); /* its retained message came first */
+		} else {
+			CHECK_EQ(v[k].len, OT_SIZE);
+			had[v[k].topic] = 1;
+		}
+	}
+	CHECK(live > 0 && live < 3 * OT_N);
+	CHECK_EQ(stats_sum(ST_DROP_QOS0) - drop0, (uint64_t)(3 * OT_N - live));
+	CHECK_EQ(stats_sum(ST_PUB_DROPPED) - all0, (uint64_t)(3 * OT_N - live));
+	/* the client reads: the rest of the last SUBSCRIBE's backlog, which had no room */
+	static char got[OT_N];
+	int n = 0;
+	WEFT_WITH_LOCK(&s->lock) {
+		do {
+			size_t len;
+			int64_t need;
+			uint8_t *b = session_take_out(s, &len, &need);
+			pool_free(b);
+			retained_drain(s);
+			nv = parse_out(s->out, s->out_len, v, 4 * OT_N);
+			for (int k = 0; k < nv; k++) {
+				CHECK_EQ(v[k].len, OT_SIZE);
+				CHECK(!got[v[k].topic]);
+				got[v[k].topic] = 1;
+				n++;
+			}
+		} while (s->backlog);
+	}
+	CHECK_EQ(n, OT_N);
+	pool_free(s->out);
+	free_by(&by);
+	teardown();
+	free(s);
+	return 0;
+}
+
+TEST(retained_backlog_qos0_within_live_limits)
+{
+	RUN(backlog_qos0_main);
+}
+
+/* The same at QoS 1: the queue beyond the window never holds more than max_queued_messages
+ * (the retained messages pulled ahead of live ones count in it), a live message that finds it
+ * full is dropped and counted so, and as the client acknowledges, every retained message comes
+ * once, each before the live messages of its topic. */
+#define OT1_N 300
+static int backlog_qos1_main(void *arg)
+{
+	(void)arg;
+	setup();
+	conf.max_queued_messages = 50;
+	conn c = { 0 }, by = { 0 };
+	session *s = mk_online(&c);
+	char t[16], payload[101];
+	memset(payload, 'r', 100);
+	payload[100] = 0;
+	for (int i = 0; i < OT1_N; i++) {
+		snprintf(t, sizeof t, "q/%d", i);
+		pub(t, 1, 1, payload, NULL);
+	}
+	CHECK_EQ(sub(s, "q/#", 1, 0), 0);
+	topic_send_retained(s, "q/#", 3, 1, 0, &by);
+	CHECK_EQ(s->ninflight, 20);
+	uint64_t full0 = stats_sum(ST_DROP_QUEUE_FULL), all0 = stats_sum(ST_PUB_DROPPED);
+	publish_live("q", OT1_N, 1, &by);
+	if (s->nqueued > 50)
+		fprintf(stderr, "%u queued, over max_queued_messages 50\n", s->nqueued);
+	CHECK(s->nqueued <= 50);
+	int live = 0;
+	for (dlv *d = s->queue; d; d = d->next)
+		live += !d->retain;
+	CHECK(live > 0);
+	CHECK_EQ(stats_sum(ST_DROP_QUEUE_FULL) - full0, (uint64_t)(OT1_N - live));
+	CHECK_EQ(stats_sum(ST_PUB_DROPPED) - all0, (uint64_t)(OT1_N - live));
+	/* the client acknowledges everything that comes */
+	static char had[OT1_N];
+	int retained = 0, got_live = 0;
+	while (s->inflight) {
+		dlv *d = s->inflight;
+		int k = atoi(d->m->topic + 2);
+		if (d->retain) {
+			CHECK(!had[k]);
+			had[k] = 1;
+			retained++;
+		} else {
+			CHECK(had[k]);
+			got_live++;
+		}
+		session_puback(s, d->pid, &by);
+	}
+	CHECK_EQ(retained, OT1_N);
+	CHECK_EQ(got_live, live);
+	CHECK(!s->backlog && !s->queue);
+	pool_free(s->out);
+	free_by(&by);
+	teardown();
+	free(s);
+	return 0;
+}
+
+TEST(retained_backlog_qos1_within_live_limits)
+{
+	RUN(backlog_qos1_main);
+}
