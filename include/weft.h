@@ -232,6 +232,20 @@ typedef struct weft_wait_stats {
  */
 int weft_stats_waits(weft_wait_stats *out, int max);
 
+/*
+ * With WEFT_TRACE=path set when weft_run started: write the trace recorded so far to path now
+ * (the whole file, replacing what an earlier flush wrote), and go on recording; weft_run still
+ * writes the full trace when it returns. Recording pauses while the file is written, so the
+ * write's own moment is missing from it. Returns 0 (also when not tracing) or -errno when the
+ * file cannot be written. Any thread may call it.
+ *
+ * A program stopped by SIGTERM or SIGINT never returns from weft_run. So while weft runs with
+ * WEFT_TRACE or WEFT_STATS set, and the program has no handler of its own for the signal, the
+ * first SIGTERM or SIGINT writes the trace and prints the statistics, then ends the program as
+ * the signal would have (its exit status says the signal).
+ */
+int weft_trace_flush(void);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Task groups                                                                                */
 /* ------------------------------------------------------------------------------------------ */

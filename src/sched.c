@@ -2106,8 +2106,8 @@ int weft_stats(weft_worker_stats *out, int max, uint64_t *foreign)
 	return n;
 }
 
-/* WEFT_STATS=1: the table on stderr when weft_run ends. */
-static void print_stats(void)
+/* WEFT_STATS=1: the table on stderr when weft_run ends (or a signal ends it: finish.c). */
+void sched_print_stats(void)
 {
 	const char *e = getenv("WEFT_STATS");
 	if (!e || !*e || strcmp(e, "0") == 0)
@@ -2173,6 +2173,7 @@ int weft_run(int (*main_task)(void *), void *arg)
 	atomic_store(&sched_gather_on, 0);
 	int old_slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
 	S.threads_at_start = threads_before_run();
+	S.threads_at_start += finish_install(); /* its thread wakes no task */
 	trace_start();
 	waitstat_start(S.cap);
 	worker_enter(S.w[0]);
@@ -2199,7 +2200,8 @@ int weft_run(int (*main_task)(void *), void *arg)
 	for (int i = 1; i < S.cap && S.w[i]; i++)
 		if (i < started || S.w[i]->started)
 			pthread_join(S.w[i]->thread, NULL);
-	print_stats();
+	finish_uninstall();
+	sched_print_stats();
 	waitstat_stop();
 	trace_stop();
 	worker_leave(S.w[0]);

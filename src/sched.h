@@ -191,4 +191,11 @@ int dump_tasks(int fd, int max, bool in_signal);
 /* weft_run's SIGQUIT handler (a dump), when the program has none. */
 void dump_install(void);
 void dump_uninstall(void);
+/* WEFT_STATS=1's table on stderr. */
+void sched_print_stats(void);
+/* weft_run's SIGTERM and SIGINT handlers that write the trace and the statistics first
+ * (finish.c), when either is wanted and the program has no handler: the threads it started
+ * (0 or 1). */
+int finish_install(void);
+void finish_uninstall(void);
 #endif

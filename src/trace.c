@@ -37,6 +37,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "sanitizer.h"
 #include "sched.h"
 #include "task.h"
 #include "weft.h"
@@ -82,6 +83,7 @@ static struct {
 	int64_t t0, tick0;      /* weft_now() and tick() when tracing began */
 	double ns_per_tick;     /* 0 while tick() is weft_now() itself */
 	char path[4096];
+	bool active;            /* between trace_start and trace_stop, with a path: under lock */
 } T = { .lock = PTHREAD_MUTEX_INITIALIZER, .once = PTHREAD_ONCE_INIT };
 
 static __thread struct ring *my_ring;
@@ -257,12 +259,13 @@ void trace_start(void)
 		T.mask = size - 1;
 	for (struct ring *r = T.rings; r; r = r->next)
 		r->n = 0;
-	pthread_mutex_unlock(&T.lock);
 	strcpy(T.path, p);
 	fast_ticks = counter_usable();
 	T.t0 = weft_now();
 	T.tick0 = tick();
+	T.active = true;
 	atomic_store(&trace_on, true);
+	pthread_mutex_unlock(&T.lock);
 }
 
 /* ---- writing ----------------------------------------------------------------------------- */
@@ -523,16 +526,49 @@ static int write_file(void)
 	return err;
 }
 
-void trace_stop(void)
+/* Write the file from the rings as they are: counts mapped to nanoseconds from the clocks now. */
+static int write_now(void)
 {
-	if (!atomic_exchange(&trace_on, false))
-		return;
 	int64_t ticks = tick() - T.tick0, ns = weft_now() - T.t0;
 	T.ns_per_tick = fast_ticks && ticks > 0 ? (double)ns / (double)ticks : 1.0;
-	pthread_mutex_lock(&T.lock);
 	int err = write_file();
 	if (err)
 		fprintf(stderr, "weft: cannot write the trace to %s: %s\n", T.path, strerror(-err));
+	return err;
+}
+
+/*
+ * While weft runs. Recording stops for the write, since the writer reads rings that workers
+ * would otherwise go on writing; a thread that read trace_on just before it was cleared may
+ * still be writing one event, which may come out torn or missing (as in the last moment of a
+ * plain thread's recording at trace_stop). Events of the write's own time are not recorded.
+ * Rejected: copying every ring first (up to 64 MiB each) to record on meanwhile.
+ */
+int trace_flush(void)
+{
+	pthread_mutex_lock(&T.lock);
+	int err = 0;
+	if (T.active) {
+		atomic_store(&trace_on, false);
+		san_racy_begin();
+		err = write_now();
+		san_racy_end();
+		atomic_store(&trace_on, true);
+	}
+	pthread_mutex_unlock(&T.lock);
+	return err;
+}
+
+void trace_stop(void)
+{
+	pthread_mutex_lock(&T.lock);
+	if (!T.active) {
+		pthread_mutex_unlock(&T.lock);
+		return;
+	}
+	T.active = false;
+	atomic_store(&trace_on, false);
+	write_now();
 	for (struct ring **p = &T.rings; *p;) {
 		struct ring *r = *p;
 		if (atomic_load(&r->orphan)) {
@@ -543,4 +579,9 @@ void trace_stop(void)
 		}
 	}
 	pthread_mutex_unlock(&T.lock);
+}
+
+int weft_trace_flush(void)
+{
+	return trace_flush();
 }

@@ -3,7 +3,8 @@
  *
  * Each thread records events into a ring of its own, without locks; weft_run writes all the
  * rings as one Chrome trace-event file when it ends. When tracing is off every hook costs one
- * load of trace_on and a branch that is never taken.
+ * load of trace_on and a branch that is never taken. trace_flush (weft_trace_flush, and the
+ * signals of finish.c) writes the file so far while weft runs.
  */
 #ifndef WEFT_TRACE_H
 #define WEFT_TRACE_H
@@ -18,6 +19,7 @@ extern atomic_bool trace_on __attribute__((visibility("hidden"))); /* one load, 
 
 void trace_start(void);            /* weft_run begins: reads WEFT_TRACE */
 void trace_stop(void);             /* weft_run ends: writes the file */
+int trace_flush(void);             /* writes the file so far, and records on: 0 or -errno */
 void trace_thread_name(const char *fmt, int n); /* names the caller's track */
 
 /* The hooks: the inline part tests trace_on, the out-of-line part records. */

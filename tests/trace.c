@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -266,4 +267,86 @@ TEST(wait_statistics_by_kind)
 	CHECK_EQ(weft_run(counted_waits, &on), 0);
 	unsetenv("WEFT_STATS");
 	CHECK_EQ(weft_run(counted_waits, &off), 0);
+}
+
+/* ---- the trace while weft runs, and when a signal ends the program -------------------------- */
+
+/* weft_trace_flush writes what is recorded so far, and recording goes on: the file written at
+ * the end holds the tasks that ran after the flush too. */
+static void named_nap(void *arg)
+{
+	(void)arg;
+	weft_sleep(MS);
+}
+
+static int flushes_midway(void *path)
+{
+	weft_join(weft_spawn_opt(named_nap, NULL, &(weft_spawn_opts){ .name = "before-flush" }));
+	CHECK_EQ(weft_trace_flush(), 0);
+	char *s = slurp(path);
+	CHECK(s != NULL);
+	const char *end = json_value(s);
+	CHECK(end != NULL && *ws(end) == 0);
+	CHECK(strstr(s, "\"name\":\"before-flush\"") != NULL);
+	CHECK(strstr(s, "\"name\":\"after-flush\"") == NULL);
+	free(s);
+	weft_join(weft_spawn_opt(named_nap, NULL, &(weft_spawn_opts){ .name = "after-flush" }));
+	return 0;
+}
+
+TEST(trace_flush_writes_so_far_and_records_on)
+{
+	char path[] = "/tmp/weft-trace-XXXXXX";
+	int fd = mkstemp(path);
+	CHECK(fd >= 0);
+	close(fd);
+	setenv("WEFT_TRACE", path, 1);
+	CHECK_EQ(weft_run(flushes_midway, path), 0);
+	unsetenv("WEFT_TRACE");
+	char *s = slurp(path);
+	unlink(path);
+	CHECK(s != NULL);
+	CHECK(strstr(s, "\"name\":\"before-flush\"") && strstr(s, "\"name\":\"after-flush\""));
+	free(s);
+	/* not tracing: nothing to do */
+	CHECK_EQ(weft_trace_flush(), 0);
+}
+
+/* A server stopped with SIGTERM: the child sends itself the signal from a task and waits for
+ * ever; the trace and the statistics come out, and the child dies of SIGTERM all the same. */
+static int terminated(void *arg)
+{
+	(void)arg;
+	weft_join(weft_spawn_opt(named_nap, NULL, &(weft_spawn_opts){ .name = "served" }));
+	int p[2];
+	CHECK_EQ(pipe(p), 0);
+	kill(getpid(), SIGTERM);
+	char b;
+	weft_read(p[0], &b, 1, WEFT_FOREVER); /* as a server waits for its next client */
+	return 0;
+}
+
+TEST(child_terminated)
+{
+	weft_run(terminated, NULL);
+}
+
+TEST(sigterm_writes_the_trace_and_the_statistics)
+{
+	char path[] = "/tmp/weft-trace-XXXXXX", cmd[1024], err[8192];
+	int fd = mkstemp(path);
+	CHECK(fd >= 0);
+	close(fd);
+	snprintf(cmd, sizeof cmd, "WEFT_TRACE=%s WEFT_STATS=1 %s child_terminated", path,
+		 test_argv0);
+	int st = test_spawn(cmd, err, sizeof err);
+	CHECK_EQ(st, -SIGTERM);
+	CHECK(strstr(err, "weft: statistics") != NULL);
+	char *s = slurp(path);
+	unlink(path);
+	CHECK(s != NULL);
+	const char *end = json_value(s);
+	CHECK(end != NULL && *ws(end) == 0);
+	CHECK(strstr(s, "\"name\":\"served\"") != NULL);
+	free(s);
 }
