@@ -4,7 +4,8 @@
  *
  * Conventions (see docs/design.md). Everything added to this header follows them; a few older
  * names keep the spelling they had before the naming rule (channels: put/take wait as long as
- * it takes, send/recv take a deadline, offer/poll never wait).
+ * it takes, send/recv take a deadline, offer/poll never wait; the I/O calls, weft_read and its
+ * kin and weft_fd_wait, always take a deadline, WEFT_FOREVER for none).
  *  - Results: functions return 0 (or a non-negative count or index) on success and a negative
  *    errno value on failure. Constructors that return a handle return NULL and set errno.
  *  - Errors mean one thing each: -EINVAL an argument that can never be right (NULL, out of
