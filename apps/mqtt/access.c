@@ -1,6 +1,6 @@
 /*
- * access.c - password_file and acl_file as the broker uses them. auth.c (password hashes, the
- * per-address limit on failures) and acl.c (mosquitto's rules) do the deciding; this file
+ * access.c - password_file and acl_file as the broker uses them. auth.c (password hashes),
+ * pace.c (the pace of password checks) and acl.c (mosquitto's rules) do the deciding; this file
  * loads them at start and on SIGHUP and keeps each session's view of the ACL rules.
  *
  * Who may receive a message is decided on the publish path, for every receiver, by whichever
@@ -41,6 +41,10 @@ int access_load(bool start)
 	int rc = 0;
 	if (conf.password_file[0]) {
 		auth_opts o = { .allow_plain = conf.allow_plain_passwords == 1 };
+		if (start)
+			auth_set_limits(&(auth_limits){
+				.burst = conf.pw_rate > 0 ? conf.pw_burst : 0,
+				.interval_ns = conf.pw_rate > 0 ? (int64_t)(1e9 / conf.pw_rate) : 0 });
 		if (auth_reload(conf.password_file, &o, err, sizeof err) < 0) {
 			fprintf(stderr, "weft-mqtt: %s%s\n", err,
 				start ? "" : " (the previous password file stays in force)");

@@ -95,9 +95,9 @@ static inline int auth_connack_code(auth_result r, int version)
 /* ---- the pace of password checks (pace.c) -------------------------------------------------- */
 
 /*
- * Password guessing is slowed down to a fixed number of checks, and a correct password is
- * never answered "wrong": a CONNECT is never refused for its address's or its username's
- * failures, only made to wait for its turn to be checked. Turns are counted per (source
+ * Password guessing is slowed down to a fixed number of checks, and a right password is never
+ * answered "wrong": a CONNECT is made to wait for its turn to be checked, and told to try later
+ * only while its address's schedule is full. Turns are counted per (source
  * address, username) pair - `burst` at once, then one per `interval_ns` - and per source
  * address whatever the name (4 x burst, then four per interval), each a cell of ratelimit.c
  * (IPv4 address, or IPv6 /64). Every CONNECT books a turn in both; a right password gives them
@@ -107,8 +107,8 @@ static inline int auth_connack_code(auth_result r, int version)
  * ahead; an attempt that would wait longer is not checked but answered at once "try later"
  * (5.0: 0x9F connection rate exceeded; 3.1.1: 0x03 server unavailable). So a pair gets at most
  * burst + AUTH_MAX_WAIT / interval checks in any AUTH_MAX_WAIT, however many connections it
- * opens, and a client whose address and name are being flooded is told to try later until
- * the flood stops (pace.c says why that is the choice).
+ * opens; and while someone floods its name from its address, or floods many names from its
+ * address, a client is told to try later (pace.c says why that is the choice).
  */
 #define AUTH_MAX_WAIT 10000000000LL /* ns: 10 s */
 

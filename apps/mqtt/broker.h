@@ -60,6 +60,9 @@ typedef struct broker_conf {
 	double pub_rate;              /* max_publish_rate: PUBLISHes a second per connection;
 				       * 0: no limit */
 	int pub_burst;                /* ... of which this many at once */
+	double pw_rate;               /* password_pace: password checks a second per (address,
+				       * username); 0: no pace (auth.h) */
+	int pw_burst;                 /* ... of which this many at once */
 	long message_size_limit;      /* payload bytes; 0: the protocol's limit */
 	int max_keepalive;            /* seconds; 0: none */
 	int allow_anonymous;          /* -1: only from loopback addresses (the default) */
@@ -466,6 +469,7 @@ typedef struct conn {
 	int64_t wneed;            /* the writer task writes wbuf once this write is durable */
 	bool writer_running;
 	atomic_int kick_rc;       /* set by conn_kick: the reason to give a 5.0 client */
+	atomic_bool napping;      /* in nap_until (conn.c): conn_kick must wake it */
 	char *user;               /* the CONNECT's username, or the certificate's CN under
 				   * use_identity_as_username (NUL-terminated), or NULL */
 	bool user_proven;         /* user was checked (password_file, certificate): it owns the
@@ -509,6 +513,8 @@ enum {
 	ST_DROP_QUEUE_BYTES, /* QoS 1/2 deliveries dropped: max_queued_bytes reached */
 	ST_REFUSED_MAX_CONN, /* connections closed at accept: max_connections reached */
 	ST_REFUSED_RATE,    /* connections closed at accept: max_connection_rate exceeded */
+	ST_REFUSED_PACE,    /* CONNECTs answered "try later" unchecked: password checks of their
+			     * address, or of their name there, booked AUTH_MAX_WAIT ahead */
 	ST_COUNT
 };
 void stats_init(void);

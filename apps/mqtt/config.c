@@ -27,6 +27,8 @@ void conf_defaults(broker_conf *c)
 	c->allow_anonymous = -1;
 	c->sys_interval = 10;
 	c->qos0_queue_bytes = 1 << 20;
+	c->pw_rate = 0.5; /* password_pace: auth.h's defaults */
+	c->pw_burst = 5;
 	/* widens the window between a connection letting go of its session and the session's
 	 * end, for the test of a takeover that meets it (apps/mqtt/tests/broker.c) */
 	const char *d = getenv("WEFT_MQTT_DETACH_DELAY_MS");
@@ -98,7 +100,7 @@ static int tls_option(broker_conf *c, const char *file, int line, const char *o,
 	return path(file, line, o, v, out, sizeof l->certfile);
 }
 
-/* RATE[/BURST] (max_connection_rate, max_publish_rate): RATE a second (a decimal, so 0.5 is one
+/* RATE[/BURST] (max_connection_rate, max_publish_rate, password_pace): RATE a second (a decimal, so 0.5 is one
  * every 2 s), BURST at once (default: RATE rounded up); 0 turns the limit off. */
 static int rate_option(const char *file, int line, const char *o, const char *what, const char *v,
 		       double *rate, int *burst_out)
@@ -211,6 +213,9 @@ static int option(broker_conf *c, const char *file, int line, char **w, int nw)
 	}
 	if (!strcmp(o, "max_connection_rate"))
 		return rate_option(file, line, o, "connections", v, &c->conn_rate, &c->conn_burst);
+	if (!strcmp(o, "password_pace"))
+		return rate_option(file, line, o, "password checks per address and name", v,
+				   &c->pw_rate, &c->pw_burst);
 	if (!strcmp(o, "max_publish_rate"))
 		return rate_option(file, line, o, "PUBLISH packets", v, &c->pub_rate, &c->pub_burst);
 	if (!strcmp(o, "message_size_limit")) {
@@ -314,7 +319,8 @@ static void usage(FILE *o)
 		"                          max_publish_rate,\n"
 		"                          message_size_limit, max_keepalive,\n"
 		"                          allow_anonymous, sys_interval, password_file,\n"
-		"                          allow_plain_passwords, acl_file, protocol websockets,\n"
+		"                          password_pace, allow_plain_passwords, acl_file,\n"
+		"                          protocol websockets,\n"
 		"                          certfile, keyfile, cafile, ciphers, require_certificate,\n"
 		"                          use_identity_as_username, persistence,\n"
 		"                          persistence_location, metrics_listener, and bridges:\n"

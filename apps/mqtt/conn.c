@@ -78,30 +78,36 @@ long conns_count(void)
 	return n;
 }
 
-/* CONNECTs waiting for their password's turn (authenticate) wait on this, so that a kick
- * reaches them at once. One for all, broadcast: kicks are rare (take-over, shutdown), and at
- * most AUTH_MAX_WAIT's worth of turns an address wait (auth.h). */
-static weft_mutex turn_lock = WEFT_MUTEX_INIT;
-static weft_cond turn_kicked = WEFT_COND_INIT;
+/* Connections napping (nap_until) wait on this one condition, and conn_kick wakes them only
+ * when the connection it kicks naps: take-overs kick connections that read, and take no lock
+ * here; a shutdown kicks every connection, and wakes the nappers with the first that naps. */
+static weft_mutex nap_lock = WEFT_MUTEX_INIT;
+static weft_cond nap_kicked = WEFT_COND_INIT;
 
 void conn_kick(conn *c, int reason)
 {
 	int zero = 0;
 	atomic_compare_exchange_strong(&c->kick_rc, &zero, reason);
 	shutdown(c->fd, SHUT_RD); /* its read ends; writes still go out */
-	WEFT_WITH_LOCK(&turn_lock)
-		weft_cond_broadcast(&turn_kicked);
+	/* kick_rc before napping here, napping before kick_rc in nap_until (both sequentially
+	 * consistent): one of the two sees the other's */
+	if (atomic_load(&c->napping))
+		WEFT_WITH_LOCK(&nap_lock)
+			weft_cond_broadcast(&nap_kicked);
 }
 
-/* Wait until `at` (weft_now's clock) or a kick: 0, or -1 when kicked. Holds nothing of the
- * broker meanwhile but the connection. */
-static int wait_turn(conn *c, int64_t at)
+/* Wait until `until` (weft_now's clock), holding nothing of the broker but the connection,
+ * unless it is kicked or its task cancelled: 0, or -1 when it is to end. */
+static int nap_until(conn *c, int64_t until)
 {
-	WEFT_WITH_LOCK(&turn_lock)
+	int r = 0;
+	atomic_store(&c->napping, true);
+	WEFT_WITH_LOCK(&nap_lock)
 		while (!atomic_load(&c->kick_rc) &&
-		       weft_cond_wait_until(&turn_kicked, &turn_lock, at) == 0)
+		       (r = weft_cond_wait_until(&nap_kicked, &nap_lock, until)) == 0)
 			;
-	return atomic_load(&c->kick_rc) ? -1 : 0;
+	atomic_store(&c->napping, false);
+	return atomic_load(&c->kick_rc) || r == -ECANCELED ? -1 : 0;
 }
 
 void conns_shutdown(void)
@@ -259,8 +265,8 @@ static void subrec_del(session *s, const uint8_t *f, uint16_t len)
 
 /* ---- packet handlers ------------------------------------------------------------------------ */
 
-/* Who is connecting: the password file (when there is one) and allow_anonymous decide; a
- * refusal is answered and counted against the address. Keeps the username for the ACL. */
+/* Who is connecting: the password file (when there is one, at the pace of pace.c) and
+ * allow_anonymous decide; a refusal is answered. Keeps the username for the ACL. */
 static int authenticate(conn *c, mq_packet *pk)
 {
 	int v = pk->connect.version;
@@ -293,17 +299,19 @@ static int authenticate(conn *c, mq_packet *pk)
 		int64_t at;
 		if (auth_turn(&r, &at) < 0) {
 			if (conf.verbose)
-				fprintf(stderr, "weft-mqtt: CONNECT refused (password checks of its "
-						"address and name booked %d s ahead)\n",
+				fprintf(stderr, "weft-mqtt: CONNECT refused unchecked (password "
+						"checks of its address, or of its name there, booked "
+						"%d s ahead)\n",
 					(int)(AUTH_MAX_WAIT / 1000000000));
+			stats_add(ST_REFUSED_PACE, 1);
 			refuse(c, v, MQ_RC_CONNECTION_RATE_EXCEEDED, MQ_V3_UNAVAILABLE);
 			return -1;
 		}
 		if (r.now < at) {
 			ebr_leave(&c->rd);
-			int kicked = wait_turn(c, at);
+			int end = nap_until(c, at);
 			ebr_enter(&c->rd);
-			if (kicked)
+			if (end)
 				return -1;
 			r.now = weft_now();
 		}
@@ -468,18 +476,12 @@ static void publish_debt(conn *c)
 
 /* A client over its rate is not read again until its debt is back within the burst: TCP's
  * window then holds its publishing back, and nothing it sent is dropped. A flood so costs the
- * broker what the limit allows, and every other client keeps its share of the workers.
- * The wait is in slices of 10 ms, so that a kick (a take-over by the same client id, the
- * broker's shutdown) ends the connection at once. Returns 0, or -1 when it is to end. */
+ * broker what the limit allows, and every other client keeps its share of the workers. A kick
+ * (a take-over by the same client id, the broker's shutdown) ends the nap at once. Returns 0,
+ * or -1 when it is to end. */
 static int throttle(conn *c)
 {
-	int64_t until = c->pub_tat - (int64_t)conf.pub_burst * (int64_t)(1e9 / conf.pub_rate);
-	for (int64_t now = weft_now(); now < until; now = weft_now()) {
-		if (atomic_load(&c->kick_rc) ||
-		    weft_sleep_until(until - now > 10000000 ? now + 10000000 : until) < 0)
-			return -1;
-	}
-	return atomic_load(&c->kick_rc) ? -1 : 0;
+	return nap_until(c, c->pub_tat - (int64_t)conf.pub_burst * (int64_t)(1e9 / conf.pub_rate));
 }
 
 /* How much to read: a client publishing at its max_publish_rate (half its burst owed) gets
@@ -1059,6 +1061,7 @@ static void conn_register(conn *c, int fd)
 	static _Atomic uint64_t serial;
 	c->batch = (atomic_fetch_add(&serial, 1) + 1) << 32;
 	atomic_init(&c->kick_rc, 0);
+	atomic_init(&c->napping, false);
 	ebr_register(&c->rd);
 	WEFT_WITH_LOCK(&list_lock) {
 		c->next = all;

@@ -127,6 +127,10 @@ static void broker_metrics(tbuf *b)
 		(unsigned long long)stats_sum(ST_REFUSED_MAX_CONN));
 	tprintf(b, "weft_mqtt_connections_refused_total{reason=\"rate\"} %llu\n",
 		(unsigned long long)stats_sum(ST_REFUSED_RATE));
+	one(b, "weft_mqtt_password_checks_refused_total", "counter",
+	    "CONNECTs told to try later without a password check: the pace of their address, or of "
+	    "their name there, was booked 10 s ahead.",
+	    stats_sum(ST_REFUSED_PACE));
 	/* A gauge kept as per-worker sums of +1 and -1: the total is right modulo 2^64. */
 	one(b, "weft_mqtt_queued_messages", "gauge",
 	    "QoS 1/2 messages queued beyond the clients' inflight windows.",

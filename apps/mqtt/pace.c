@@ -8,19 +8,18 @@
  * most AUTH_MAX_WAIT ahead, and an attempt that would have to wait longer is answered "try
  * later" unchecked, so no number of parallel connections gets more checks than the pace.
  *
- * Rejected, in the order they were tried:
- *  - refusing an address after `burst` failures: behind a NAT, or on localhost, a stranger's
- *    five wrong guesses locked every user of the address out, the right password included;
- *  - delaying only the answers to wrong passwords: a guesser with many connections reads
- *    "right" from the one that answers at once;
- *  - making every attempt past AUTH_MAX_WAIT wait AUTH_MAX_WAIT and then checking it: a guesser
- *    with N connections at once got N checks a name every 10 s.
- * What is left is a choice between two things nobody can have together while someone at the
- * same address floods the same name: a bounded number of checks, and a bounded wait for the
- * right password (before its check, a right password looks like any guess). Bounded checks
- * win; the flood's neighbours are told to try later (not that their password is wrong), and
- * the schedule is free again AUTH_MAX_WAIT after the flood stops. sshd's MaxStartups makes
- * the same choice.
+ * Rejected: refusing an address after `burst` failures, which lets a stranger behind the
+ * same NAT, or on localhost, lock every user of the address out with five guesses; delaying
+ * only the answers to wrong passwords, which tells a guesser with many connections the right
+ * one by its speed; checking every attempt past AUTH_MAX_WAIT after AUTH_MAX_WAIT, which gives
+ * N parallel connections N checks a name every 10 s.
+ *
+ * What is left is a choice between two things nobody can have together while someone at an
+ * address floods a name (or many names) from there: a bounded number of checks, and a bounded
+ * wait for a right password from that address (before its check, a right password looks like
+ * any guess). Bounded checks win; the flood's neighbours are told to try later (not that their
+ * password is wrong), and the schedule is free again AUTH_MAX_WAIT after the flood stops.
+ * sshd's MaxStartups makes the same choice.
  */
 #include <errno.h>
 #include <stdatomic.h>

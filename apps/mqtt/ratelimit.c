@@ -10,8 +10,9 @@
  * acceptor's max_connection_rate). rl_reserve books the event's place in the schedule and says
  * how long until that place comes, so that events made at once are spread out one interval
  * apart, and refuses only when the schedule is booked further ahead than its caller allows
- * (pace.c makes a CONNECT's check wait for its place; rl_refund gives a place back). A cell may carry a tag besides the address (auth.c: a hash of the username),
- * so that (address, name) pairs are counted apart from each other.
+ * (pace.c makes a CONNECT's check wait for its place; rl_refund gives a place back). A cell
+ * may carry a tag besides the address (pace.c: a hash of the username), so that (address,
+ * name) pairs are counted apart from each other.
  *
  * Entries live in a fixed table of 1024 sets of 4 ways, indexed by a hash of the address mixed
  * with a random seed (so nobody can aim many addresses at one set), each set with its own lock:

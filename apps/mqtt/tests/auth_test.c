@@ -1,6 +1,6 @@
 /* Tests of weft-mqtt's password_file support (auth.c): files written by mosquitto_passwd at
  * test time and a committed one, every kind of malformed line, the CONNECT decision, reloads
- * under concurrent checks, and the per-address limit on failed attempts. */
+ * under concurrent checks, and the pace of password checks per address and name (pace.c). */
 #include <errno.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
