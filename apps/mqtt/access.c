@@ -19,7 +19,7 @@
  * uses the winner's. So whatever is decided once the reload has swapped the rules in is decided
  * by them, for a client that never sends a packet too, and the publish path pays one load and a
  * compare per receiver. Rejected: rebinding at the connection's next packet (a client that only
- * receives kept the old rules for as long as it stayed silent: the hole this closes); rebinding
+ * receives would keep the old rules for as long as it stayed silent); rebinding
  * every session when the reload happens (a walk of the session table, which needs each
  * session's username, known to its connection only, and races a CONNECT binding against the
  * old rules, so the check above would still be needed).
@@ -106,7 +106,7 @@ bool access_read_slow(session *s, acl_client *a, const msg *m)
 {
 	if (acl_stale(a))
 		a = rebind(s, a);
-	return !a || acl_check(a, m->topic, m->topic_len, ACL_READ);
+	return a && acl_check(a, m->topic, m->topic_len, ACL_READ); /* unbound meanwhile: no */
 }
 
 void access_unbind(session *s)

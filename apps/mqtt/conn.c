@@ -408,7 +408,7 @@ static int on_connect(conn *c, mq_packet *pk)
 	if (access_acl_on) {
 		access_bind(s, c->user, c->user_len);
 		/* a will to a topic the client may not write is dropped, as its PUBLISH would be */
-		if (will && !acl_check(atomic_load(&s->acl), will->topic, will->topic_len,
+		if (will && !acl_check(access_binding(s), will->topic, will->topic_len,
 				       ACL_WRITE)) {
 			msg_unref(will);
 			will = NULL;
