@@ -306,18 +306,10 @@ static bool held_long(struct worker *w, int64_t now)
 	return w->blocked;
 }
 
-/* w has held its work too long (held_long). Returns whether it was dealt with (else: look
- * again). */
-static bool rescue(struct worker *w, int64_t now)
+/* Wake a worker asleep on the idle list to look for work, whether or not another is spinning
+ * (unlike sched_wake_idle: that one has not taken the work in question). */
+static void wake_one_idle(void)
 {
-	if (atomic_load(&S.nidle) == 0) {
-		if (now - park.unparked_at < STUCK_NS)
-			return false; /* a worker just unparked is on its way to take that queue */
-		if (w->blocked <= 0 && !spare_helps(w, now))
-			return w->probe_at == 0; /* still looking, or the kernel's business */
-		start_spare();
-		return true;
-	}
 	atomic_fetch_add(&S.nspinning, 1);
 	pthread_mutex_lock(&S.idle_lock);
 	struct worker *v = S.idle;
@@ -330,6 +322,21 @@ static bool rescue(struct worker *w, int64_t now)
 		sched_wake_worker(v);
 	else
 		atomic_fetch_sub(&S.nspinning, 1);
+}
+
+/* w has held its work too long (held_long). Returns whether it was dealt with (else: look
+ * again). */
+static bool rescue(struct worker *w, int64_t now)
+{
+	if (atomic_load(&S.nidle) == 0) {
+		if (now - park.unparked_at < STUCK_NS)
+			return false; /* a worker just unparked is on its way to take that queue */
+		if (w->blocked <= 0 && !spare_helps(w, now))
+			return w->probe_at == 0; /* still looking, or the kernel's business */
+		start_spare();
+		return true;
+	}
+	wake_one_idle();
 	return true;
 }
 
@@ -420,9 +427,13 @@ void *monitor_thread(void *arg)
 	weft_unpin(); /* started by worker 0: its CPU set (affinity.c) */
 	monitor_start_clocks();
 	int64_t gq_since = weft_now(); /* since when the global queue has waited for everyone */
+	int64_t gq_untaken = gq_since; /* since when nobody has taken from it, */
+	uint32_t gq_taken = 0;         /* which S.gq_taken tells */
 	int64_t spare_since = 0;       /* since when more workers have been free than cores */
 	while (!atomic_load(&S.stop)) {
-		if (all_asleep() && !spares_to_put_away())
+		/* Not while tasks wait in the global queue: every worker asleep beside them is a
+		 * wake-up lost, which the watch of the queue below makes up for. */
+		if (all_asleep() && !spares_to_put_away() && !atomic_load(&S.gq_n))
 			monitor_pause();
 		int64_t now = weft_now();
 		atomic_store_explicit(&sched_coarse_now, now, memory_order_relaxed);
@@ -461,14 +472,41 @@ void *monitor_thread(void *arg)
 		if (poll_waiters() > 0 && !atomic_load(&S.polling) &&
 		    now - atomic_load(&S.last_poll) >= STUCK_NS)
 			sched_wake_idle();
-		/* Tasks in the global queue and no worker free to take them: every one is held by
-		 * a task, or in standby (a plain thread woke those tasks, or a spare handed them
-		 * over). has_work() sees a worker's own queues only, so this is watched here. */
-		if (free > 0 || !atomic_load(&S.gq_n))
+		/*
+		 * The global queue. has_work() sees a worker's own queues only, so it is watched
+		 * here. Workers take from it when they run out of work and every GLOBAL_EVERY
+		 * switches, a fair share at a time (global_pop); a worker asleep on the idle list
+		 * only once woken. Tasks waiting there for STUCK_NS:
+		 *  - with no worker free to take them (every one held by a task, or in standby: a
+		 *    plain thread woke those tasks, or a spare handed them over) get a spare;
+		 *  - with nobody taking from it meanwhile and a worker asleep on the idle list,
+		 *    that worker is woken. free_to_work() counts it free, and it is, but only once
+		 *    woken, and nothing else may wake it: the queue also fills without a wake-up
+		 *    (a ring's overflow, say as a worker drains an inbox a hot channel filled), and
+		 *    a wake-up from a worker may be missed by design, since the waker is to take
+		 *    the work itself, a share at a time. When its task then blocks it in a call
+		 *    the shim does not cover, what it left in the queue waited for good.
+		 * Waking on every spill instead would not do: any missed wake-up leaves the same
+		 * state, and only the monitor sees the worker held afterwards. Nor would counting
+		 * sleeping workers as not free: a spare would start where a wake-up does. The
+		 * wait is STUCK_NS, not BLOCKED_NS: while tasks gather on a hot channel's home,
+		 * the others leave the queue to it (global_take) and it takes from it only every
+		 * GLOBAL_EVERY switches, so a shorter wait would wake workers that decline.
+		 */
+		int queued = atomic_load(&S.gq_n);
+		if (free > 0 || !queued)
 			gq_since = now;
 		else if (now - gq_since >= STUCK_NS) {
 			start_spare();
 			gq_since = now;
+		}
+		uint32_t taken = atomic_load_explicit(&S.gq_taken, memory_order_relaxed);
+		if (!queued || taken != gq_taken || !atomic_load(&S.nidle)) {
+			gq_taken = taken;
+			gq_untaken = now;
+		} else if (now - gq_untaken >= STUCK_NS) {
+			wake_one_idle();
+			gq_untaken = now;
 		}
 		futex_wait(&S.monitor_word, 0, now + MONITOR_NS);
 	}

@@ -183,6 +183,10 @@ static weft_task *global_pop(struct worker *w)
 		batch[i] = S.gq[(S.gq_head + i) & (S.gq_cap - 1)];
 	S.gq_head = (S.gq_head + n) & (S.gq_cap - 1);
 	atomic_store_explicit(&S.gq_n, (int)(len - n), memory_order_relaxed);
+	if (n)
+		atomic_store_explicit(&S.gq_taken,
+				      atomic_load_explicit(&S.gq_taken, memory_order_relaxed) + 1,
+				      memory_order_relaxed);
 	pthread_mutex_unlock(&S.gq_lock);
 	for (uint32_t i = 1; i < n; i++)
 		runq_push(&w->q, batch[i]);

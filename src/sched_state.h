@@ -25,6 +25,8 @@ struct sched_state {
 	weft_task **gq;               /* the global queue: a ring of gq_cap (a power of two) */
 	uint32_t gq_cap, gq_head;
 	atomic_int gq_n;              /* its length, written under gq_lock */
+	_Atomic uint32_t gq_taken;    /* takes from it so far (under gq_lock): the monitor's sign
+				       * that someone serves it */
 	atomic_int nidle, nspinning, nstandby;
 	atomic_int surplus;           /* spares that may go to standby now (the monitor's count) */
 	atomic_int active;            /* workers 0..active-1 take work; the other nominal ones are
