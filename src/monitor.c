@@ -307,7 +307,8 @@ static bool held_long(struct worker *w, int64_t now)
 }
 
 /* Wake a worker asleep on the idle list to look for work, whether or not another is spinning
- * (unlike sched_wake_idle: that one has not taken the work in question). */
+ * (unlike sched_wake_idle: that one has not taken the work in question). The spinner count is
+ * given back under the lock, as sched_wake_idle does, and for the same reason. */
 static void wake_one_idle(void)
 {
 	atomic_fetch_add(&S.nspinning, 1);
@@ -316,12 +317,12 @@ static void wake_one_idle(void)
 	if (v) {
 		sched_idle_remove(v);
 		v->spinning = true;
+	} else {
+		atomic_fetch_sub(&S.nspinning, 1);
 	}
 	pthread_mutex_unlock(&S.idle_lock);
 	if (v)
 		sched_wake_worker(v);
-	else
-		atomic_fetch_sub(&S.nspinning, 1);
 }
 
 /* w has held its work too long (held_long). Returns whether it was dealt with (else: look

@@ -231,7 +231,16 @@ void sched_wake_worker(struct worker *v)
 		futex_wake(&v->wake_word, 1);
 }
 
-/* Wake one sleeping worker to look for work, unless one is already looking. */
+/*
+ * Wake one sleeping worker to look for work, unless one is already looking. The spinner count
+ * we add to claim the wake-up is given back, when the idle list turns out empty, under the
+ * idle lock: a worker joining the list after our look then sees it given back (its lock after
+ * our unlock), and so does a waker that sees that worker counted in nidle. Given back after the
+ * unlock, a worker could join the list and look for work (none yet) in between, and a plain
+ * thread's wake-up then see nspinning 1 and leave its task in the global queue for a spinner
+ * that was not there; with every worker asleep the monitor sleeps too, and the task would
+ * wait for good.
+ */
 void sched_wake_idle(void)
 {
 	if (atomic_load(&S.nidle) == 0 || atomic_load(&S.nspinning) != 0)
@@ -247,13 +256,12 @@ void sched_wake_idle(void)
 		v->in_idle = false;
 		v->spinning = true; /* it takes over the nspinning count we added */
 		atomic_fetch_sub(&S.nidle, 1);
+	} else {
+		atomic_fetch_sub(&S.nspinning, 1);
 	}
 	pthread_mutex_unlock(&S.idle_lock);
-	if (!v) {
-		atomic_fetch_sub(&S.nspinning, 1);
-		return;
-	}
-	sched_wake_worker(v);
+	if (v)
+		sched_wake_worker(v);
 }
 
 static _Atomic int64_t foreign_wakes; /* tasks woken by plain threads */
