@@ -21,7 +21,7 @@
  *    still switching away; whoever picks it up waits for on_cpu to clear, which takes a few
  *    instructions. This is what lets park publish the task before it has left its stack.
  *  - Idle workers: at most half the busy workers spin looking for work; the rest sleep. Making
- *    work runnable wakes a sleeping worker only when none is spinning (wake_idle). A worker
+ *    work runnable wakes a sleeping worker only when none is spinning (sched_wake_idle). A worker
  *    going to sleep first puts itself on the idle list, then looks once more for work, so a
  *    task queued in between is not stranded.
  *  - Contended channels gather on one worker (chan.c, sched_note_contention): their waiters are
@@ -53,8 +53,10 @@
 #include "asym.h"
 #include "blocking.h"
 #include "futex.h"
+#include "monitor.h"
 #include "poll.h"
 #include "sanitizer.h"
+#include "sched_state.h"
 #include "trace.h"
 #include "waitstat.h"
 #include "wait.h"
@@ -68,9 +70,6 @@
 #define SPIN_POLL_NS 2000   /* and a spinning one */
 #define PREFETCH_QUEUE 8    /* see prefetch_next() */
 #define PREFETCH_AHEAD 3    /* see prefetch_next(); below PREFETCH_QUEUE */
-#define STUCK_NS 10000000   /* a worker on one task this long with work queued is stuck;
-			     * above an OS time slice, so a preempted worker does not count */
-#define BLOCKED_NS 1000000  /* and this long when its thread is blocked in the kernel */
 #define STALL_NS 10000      /* see steal() */
 #define SPIN_NS 20000       /* an idle worker looks for work up to this long before sleeping */
 #define SPIN_MIN_NS 1250    /* and at least this long: see worker_loop() */
@@ -79,39 +78,8 @@
 #define TIMER_SPIN_NS 20000 /* it wakes this long before a deadline, then spins up to it:
 			     * a futex timeout alone ends 20-60 us late on a virtual machine */
 
-static struct {
-	atomic_int n;                 /* workers running (grows when the monitor starts a spare) */
-	int nominal;                  /* the first n_cores: the rest are spares */
-	int64_t standby_ns;           /* see STANDBY_NS */
-	int cap;                      /* workers there may be: the first n_cores, then spares
-				       * (max_spares()); records made as they start */
-	bool capped;                  /* the monitor said it could start no more spares */
-	struct worker **w;
-	pthread_mutex_t gq_lock;
-	weft_task **gq;               /* the global queue: a ring of gq_cap (a power of two) */
-	uint32_t gq_cap, gq_head;
-	atomic_int gq_n;              /* its length, written under gq_lock */
-	atomic_int nidle, nspinning, nstandby;
-	atomic_int surplus;           /* spares that may go to standby now (the monitor's count) */
-	atomic_int active;            /* workers 0..active-1 take work; the other nominal ones are
-				       * parked (park_or_unpark); always `nominal` without parking */
-	bool parking;                 /* $WEFT_PARK is not 0 */
-	pthread_mutex_t idle_lock;
-	struct worker *idle;
-	atomic_bool stop;
-	_Atomic uint64_t ids;
-	int (*main_fn)(void *);
-	void *main_arg;
-	int main_result;
-	bool deadlock_check;
-	int threads_at_start;
-	atomic_bool polling;          /* a worker is inside poll_run */
-	_Atomic int64_t last_poll;
-	pthread_t monitor;
-	_Atomic uint32_t monitor_word; /* futex: the monitor sleeps on it, stop_all wakes it */
-	_Atomic uint32_t monitor_off;  /* futex: 1 while the monitor sleeps for want of work */
-	struct sigaction old_segv;
-} S = { .gq_lock = PTHREAD_MUTEX_INITIALIZER, .idle_lock = PTHREAD_MUTEX_INITIALIZER };
+struct sched_state sched_state = { .gq_lock = PTHREAD_MUTEX_INITIALIZER,
+				.idle_lock = PTHREAD_MUTEX_INITIALIZER };
 
 static atomic_bool running;
 
@@ -216,6 +184,10 @@ static weft_task *global_pop(struct worker *w)
 		batch[i] = S.gq[(S.gq_head + i) & (S.gq_cap - 1)];
 	S.gq_head = (S.gq_head + n) & (S.gq_cap - 1);
 	atomic_store_explicit(&S.gq_n, (int)(len - n), memory_order_relaxed);
+	if (n)
+		atomic_store_explicit(&S.gq_taken,
+				      atomic_load_explicit(&S.gq_taken, memory_order_relaxed) + 1,
+				      memory_order_relaxed);
 	pthread_mutex_unlock(&S.gq_lock);
 	for (uint32_t i = 1; i < n; i++)
 		runq_push(&w->q, batch[i]);
@@ -249,11 +221,9 @@ static bool work_anywhere(void)
 
 /* ---- idle workers ------------------------------------------------------------------------ */
 
-static void monitor_resume(void);
-
 /* v was taken off the idle list (lock held then), or rests or stands by off it: end its
  * sleep. */
-static void wake_worker(struct worker *v)
+void sched_wake_worker(struct worker *v)
 {
 	atomic_store_explicit(&v->wake_word, 1, memory_order_release);
 	if (atomic_load(&v->in_epoll))
@@ -262,8 +232,17 @@ static void wake_worker(struct worker *v)
 		futex_wake(&v->wake_word, 1);
 }
 
-/* Wake one sleeping worker to look for work, unless one is already looking. */
-static void wake_idle(void)
+/*
+ * Wake one sleeping worker to look for work, unless one is already looking. The spinner count
+ * we add to claim the wake-up is given back, when the idle list turns out empty, under the
+ * idle lock: a worker joining the list after our look then sees it given back (its lock after
+ * our unlock), and so does a waker that sees that worker counted in nidle. Given back after the
+ * unlock, a worker could join the list and look for work (none yet) in between, and a plain
+ * thread's wake-up then see nspinning 1 and leave its task in the global queue for a spinner
+ * that was not there; with every worker asleep the monitor sleeps too, and the task would
+ * wait for good.
+ */
+void sched_wake_idle(void)
 {
 	if (atomic_load(&S.nidle) == 0 || atomic_load(&S.nspinning) != 0)
 		return;
@@ -278,13 +257,12 @@ static void wake_idle(void)
 		v->in_idle = false;
 		v->spinning = true; /* it takes over the nspinning count we added */
 		atomic_fetch_sub(&S.nidle, 1);
+	} else {
+		atomic_fetch_sub(&S.nspinning, 1);
 	}
 	pthread_mutex_unlock(&S.idle_lock);
-	if (!v) {
-		atomic_fetch_sub(&S.nspinning, 1);
-		return;
-	}
-	wake_worker(v);
+	if (v)
+		sched_wake_worker(v);
 }
 
 static _Atomic int64_t foreign_wakes; /* tasks woken by plain threads */
@@ -389,14 +367,14 @@ __attribute__((noinline)) void sched_ready(weft_task *t)
 		atomic_fetch_add_explicit(&foreign_wakes, 1, memory_order_relaxed);
 		global_push(&t, 1);
 		atomic_thread_fence(memory_order_seq_cst); /* pairs with idle()'s re-check */
-		wake_idle();
+		sched_wake_idle();
 		return;
 	}
 	counter_inc(&w->wakes);
 	weft_task *old = next_put(w, t);
 	if (old) {
 		push_local(w, old);
-		wake_idle();
+		sched_wake_idle();
 	}
 }
 
@@ -439,7 +417,7 @@ static int inbox_drain(struct worker *w, struct worker *v)
 }
 
 /* Take w off the idle list. Lock held. */
-static void idle_remove(struct worker *w)
+void sched_idle_remove(struct worker *w)
 {
 	for (struct worker **p = &S.idle; *p; p = &(*p)->idle_link)
 		if (*p == w) {
@@ -455,16 +433,16 @@ static void idle_remove(struct worker *w)
 static void wake_this(struct worker *v)
 {
 	if (atomic_load(&v->resting)) {
-		wake_worker(v);
+		sched_wake_worker(v);
 		return;
 	}
 	pthread_mutex_lock(&S.idle_lock);
 	bool asleep = v->in_idle;
 	if (asleep)
-		idle_remove(v);
+		sched_idle_remove(v);
 	pthread_mutex_unlock(&S.idle_lock);
 	if (asleep)
-		wake_worker(v);
+		sched_wake_worker(v);
 }
 
 /* v has tasks in its inbox: make sure it is awake. After the seq_cst push: idle() and rest()
@@ -524,7 +502,7 @@ static __attribute__((noinline)) void give(struct worker *w)
 	 * from inboxes too. (seq_cst push, then `looking`; the asker clears `looking`, then looks
 	 * at its inbox: stop_looking) */
 	if (!atomic_load(&v->looking))
-		wake_idle();
+		sched_wake_idle();
 }
 
 static inline void answer(struct worker *w)
@@ -562,13 +540,13 @@ void sched_ready_tail(weft_task *t)
 	if (!w) {
 		global_push(&t, 1);
 		atomic_thread_fence(memory_order_seq_cst);
-		wake_idle();
+		sched_wake_idle();
 		return;
 	}
 	bool more = has_queued(w);
 	push_local(w, t);
 	if (more)
-		wake_idle();
+		sched_wake_idle();
 	answer(w); /* a task spawning in a loop does not switch */
 }
 
@@ -584,7 +562,7 @@ void sched_ready_batch(weft_task *const *v, int n)
 	if (i < n)
 		global_push(v + i, (uint32_t)(n - i));
 	if (more) /* one sleeper woken on an idle worker: that worker runs it (sched_ready_tail) */
-		wake_idle();
+		sched_wake_idle();
 }
 
 /* ---- switching --------------------------------------------------------------------------- */
@@ -1019,7 +997,7 @@ static void stop_looking(struct worker *w, bool found_work)
 								memory_order_relaxed);
 	}
 	if (found_work && atomic_load(&w->inbox) && inbox_drain(w, w))
-		wake_idle();
+		sched_wake_idle();
 }
 
 static weft_task *steal(struct worker *w, bool take_next)
@@ -1078,7 +1056,7 @@ static void stop_spinning(struct worker *w)
 	w->spinning = false;
 	/* The last spinner found work: there may be more, let another look. */
 	if (atomic_fetch_sub(&S.nspinning, 1) == 1)
-		wake_idle();
+		sched_wake_idle();
 }
 
 static weft_task *find_work(struct worker *w, bool take_next)
@@ -1108,12 +1086,6 @@ static int count_threads(void)
 	if (f)
 		fclose(f);
 	return n;
-}
-
-/* Every worker is on the idle list or in standby. */
-static bool all_asleep(void)
-{
-	return atomic_load(&S.nidle) + atomic_load(&S.nstandby) == atomic_load(&S.n);
 }
 
 /* Threads that cannot wake a task: those that exist when libweft is loaded, before main (the
@@ -1237,7 +1209,7 @@ static void idle(struct worker *w)
 	pthread_mutex_lock(&S.idle_lock);
 	atomic_store(&w->in_epoll, false);
 	if (w->in_idle)
-		idle_remove(w);
+		sched_idle_remove(w);
 	pthread_mutex_unlock(&S.idle_lock);
 	if (poller) {
 		poll_dispatch(&pb);
@@ -1292,14 +1264,7 @@ static void hand_over(struct worker *w)
 		gave = true;
 	}
 	if (gave)
-		wake_idle();
-}
-
-/* Whether the monitor has parked w, a nominal worker (park_or_unpark): seq_cst, against the
- * monitor's store of `active` and its look at `standby`. */
-static inline bool parked(struct worker *w)
-{
-	return w->id >= atomic_load(&S.active) && w->id < S.nominal;
+		sched_wake_idle();
 }
 
 /* A spare about to go idle may go to standby instead once the monitor has counted more workers
@@ -1342,13 +1307,13 @@ static bool stays_in_standby(struct worker *w)
  */
 static void standby(struct worker *w)
 {
-	/* A waker that saw us spinning left its task for us to find (wake_idle): idle() looks
+	/* A waker that saw us spinning left its task for us to find (sched_wake_idle): idle() looks
 	 * once more after it stops spinning, and so must we, or that task waits in the global
 	 * queue with every worker asleep (a TSan run of tests/observe.c hung so, once parking
 	 * sent workers here often). */
 	quit_spinning(w);
 	if (work_anywhere())
-		wake_idle();
+		sched_wake_idle();
 	atomic_store(&w->resting, true);
 	atomic_store(&w->standby, true);
 	int home = w->id;
@@ -1358,7 +1323,7 @@ static void standby(struct worker *w)
 	 * an idle worker must come round again to take its place. The monitor's watch for
 	 * unpolled fds would not: it sleeps too once every worker does. */
 	if (poll_waiters() > 0 && !atomic_load(&S.polling))
-		wake_idle();
+		sched_wake_idle();
 	while (stays_in_standby(w)) {
 		atomic_store(&w->wake_word, 0);
 		hand_over(w);
@@ -1530,7 +1495,7 @@ static void worker_leave(struct worker *w)
 	worker_tls = NULL;
 }
 
-static void *worker_thread(void *arg)
+void *sched_worker_thread(void *arg)
 {
 	struct worker *w = arg;
 	worker_enter(w);
@@ -1539,158 +1504,9 @@ static void *worker_thread(void *arg)
 	return NULL;
 }
 
-static void stop_all(void)
-{
-	atomic_store(&S.stop, true);
-	for (int i = 0; i < atomic_load(&S.n); i++) {
-		atomic_store(&S.w[i]->wake_word, 1);
-		futex_wake(&S.w[i]->wake_word, 1);
-	}
-	poll_interrupt();
-	atomic_store(&S.monitor_word, 1);
-	futex_wake(&S.monitor_word, 1);
-	monitor_resume();
-}
-
-/* ---- the monitor: rescuing the queue of a worker stuck in one task ---------------------- */
-
-/* A task that blocks in a call the shim does not cover, or computes without yielding, holds
- * its worker; the tasks queued behind it would wait. The monitor looks every MONITOR_NS: a
- * worker whose switch count has not moved for STUCK_NS while work waits in its queue is
- * stuck. Then an idle worker is woken to steal that work (thieves take the stuck worker's
- * `next` slot and due timers too), or, when every worker is busy, a spare worker thread is
- * started (Go's sysmon hands the P to a new M the same way). A spare goes to standby once
- * the worker it was started for is back (standby()), and is woken again when needed. */
-#define MONITOR_NS 1000000
-/* A spare goes to standby once more workers than cores have been free this long ($WEFT_SPARE_MS
- * sets it): a program that holds a worker now and then (a loop of spawns, a long computation)
- * keeps its spares between the holds rather than hand their tasks over and call them back each
- * time (10^5 sleepers spawned in waves by weft_execute: 15% slower with 100 ms). */
-#define STANDBY_NS 1000000000
-
-/* End v's standby: it comes back looking for work (standby()). */
-static void resume(struct worker *v)
-{
-	atomic_store(&v->standby, false);
-	wake_worker(v);
-}
-
-/*
- * Parking. At a light load a second worker costs more than it saves: the tasks it wakes for,
- * it steals with a fence (membarrier: an interrupt of the victim's core) or finds already run,
- * and every sleep and wake-up is a context switch on a second core. weft-mqtt at a fixed 10,000
- * msgs/s used 74 us of CPU per message on two workers against 44 on one. So the monitor keeps
- * only as many workers at work as the load needs, judging from their threads' CPU time and
- * their queues:
- *
- *  - It parks one when, over PARK_WINDOW_NS, the active workers together used less CPU time
- *    than one fewer could have given (their spinning counts too, so two workers at a light
- *    load use more of it than one would). The parked worker, the highest active id, goes to
- *    standby on its way to sleep (take_surplus), handing over what it still holds, and
- *    wake_idle no longer finds it.
- *  - It unparks one as soon as work waits: two tasks or more queued on an active worker (its
- *    ring and `next`), or any in its inbox, at UNPARK_QUEUED looks in a row; or every active
- *    worker busy for more than UNPARK_CPU percent of UNPARK_WINDOW_NS. A burst waits a few
- *    milliseconds for the parked worker; a worker held by one task is rescued by it before
- *    the monitor would start a spare (STUCK_NS), and start_spare unparks first too.
- *  - An unpark starts the window again: a worker once brought back stays at least that long.
- *
- * Idle workers are not parked: asleep on the idle list they cost nothing. $WEFT_PARK=0 keeps
- * every worker at work.
- */
-#define PARK_WINDOW_NS 100000000
-#define UNPARK_QUEUED 5
-#define UNPARK_CPU 90
-#define UNPARK_WINDOW_NS 10000000
-
-static struct {
-	int queued;          /* looks in a row with work waiting on an active worker */
-	int64_t since;       /* start of the current short window (UNPARK_WINDOW_NS) */
-	int64_t window_cpu;  /* CPU time of the active workers in this long window, */
-	int64_t window_ns;   /* and its length so far */
-	int64_t unparked_at; /* the last unpark */
-} park; /* the monitor's alone */
-
-static int64_t thread_cpu(struct worker *w);
-static bool nudge_to_standby(void);
-
-/* Bring back the lowest parked worker; false if none is parked. */
-static bool unpark(void)
-{
-	int active = atomic_load(&S.active);
-	if (active >= S.nominal)
-		return false;
-	atomic_store(&S.active, active + 1); /* before the look at `standby`: see standby() */
-	struct worker *v = S.w[active];
-	if (atomic_load(&v->standby))
-		resume(v);
-	v->park_cpu = thread_cpu(v);
-	park.window_cpu = park.window_ns = 0;
-	park.unparked_at = weft_now();
-	return true;
-}
-
-/* The CPU time the active workers used since the last short window; the least any used. */
-static int64_t active_cpu(int active, int64_t *least)
-{
-	int64_t sum = 0;
-	*least = INT64_MAX;
-	for (int i = 0; i < active; i++) {
-		struct worker *w = S.w[i];
-		int64_t c = thread_cpu(w), used = c >= 0 && w->park_cpu >= 0 ? c - w->park_cpu : 0;
-		w->park_cpu = c;
-		sum += used;
-		*least = used < *least ? used : *least;
-	}
-	return sum;
-}
-
-static bool work_waits(struct worker *w)
-{
-	return runq_len(&w->q) + (atomic_load(&w->next) != NULL) >= 2 || atomic_load(&w->inbox);
-}
-
-/* At every look of the monitor (MONITOR_NS). */
-static void park_or_unpark(int64_t now)
-{
-	int active = atomic_load(&S.active);
-	bool waits = false;
-	for (int i = 0; i < active; i++)
-		waits |= work_waits(S.w[i]);
-	park.queued = waits ? park.queued + 1 : 0;
-	if (park.queued >= UNPARK_QUEUED && unpark())
-		return;
-	int64_t span = now - park.since;
-	if (span < UNPARK_WINDOW_NS)
-		return;
-	park.since = now;
-	int64_t least, cpu = active_cpu(active, &least);
-	if (span > 2 * UNPARK_WINDOW_NS) /* the monitor slept, as every worker did */
-		return;
-	if (100 * least > UNPARK_CPU * span && unpark())
-		return;
-	if (active < 2)
-		return;
-	park.window_cpu += cpu;
-	park.window_ns += span;
-	if (park.window_ns < PARK_WINDOW_NS)
-		return;
-	if (park.window_cpu < (active - 1) * park.window_ns) {
-		atomic_store(&S.active, active - 1);
-		nudge_to_standby();
-	}
-	park.window_cpu = park.window_ns = 0;
-}
-
-static bool has_work(struct worker *w, int64_t now)
-{
-	return runq_len(&w->q) || atomic_load(&w->next) || atomic_load(&w->inbox) ||
-	       atomic_load(&w->timers.first) <= now;
-}
-
 /* Worker i's record, made when it first starts (a spare: by the monitor, before it counts it
  * in S.n). */
-static struct worker *new_worker(int i)
+struct worker *sched_new_worker(int i)
 {
 	struct worker *w = aligned_alloc(64, (sizeof *w + 63) & ~(size_t)63);
 	if (!w)
@@ -1708,321 +1524,17 @@ static struct worker *new_worker(int i)
 	return S.w[i] = w;
 }
 
-/*
- * Spare workers the monitor may start: $WEFT_MAX_SPARES, else MAX_SPARES, or RLIMIT_NPROC when
- * that is lower (threads beyond it would not start anyway). Each spare stands for a worker held
- * in a call the shim does not cover, or in one it leaves to libc because the task holds a
- * pthread lock (shim.c), so the cap bounds how many such calls wait at once: with the cap at
- * max(4, workers), 200 tasks each blocked 20 ms took 700 ms. Go has no cap of its own on the
- * threads blocked in system calls but stops the program at 10,000 (debug.SetMaxThreads): a
- * program that needs more is more likely to have lost its way. The records of spares are made
- * as they start, so a high cap costs nothing until used; only arrays indexed by worker id
- * (weft_worker_max) grow with it.
- */
-#define MAX_SPARES 10000
-static int max_spares(void)
+static void stop_all(void)
 {
-	const char *e = getenv("WEFT_MAX_SPARES");
-	long n = MAX_SPARES;
-	struct rlimit r;
-	if (e && *e)
-		n = strtol(e, NULL, 10);
-	else if (getrlimit(RLIMIT_NPROC, &r) == 0 && r.rlim_cur != RLIM_INFINITY &&
-		 r.rlim_cur < (rlim_t)n)
-		n = (long)r.rlim_cur;
-	return n < 0 ? 0 : n > 1000000 ? 1000000 : (int)n;
-}
-
-/* The monitor could start no spare (err: 0 when at the cap, else pthread_create's): tasks queued
- * behind held workers wait for them. Said once a run. */
-static void spares_ran_out(int err)
-{
-	if (S.capped)
-		return;
-	S.capped = true;
-	if (err)
-		fprintf(stderr, "weft: could not start a spare worker (%s) with %d running: tasks "
-				"queued behind workers held in blocking calls wait for them\n",
-			strerror(err), atomic_load(&S.n));
-	else if (S.cap == S.nominal)
-		fputs("weft: WEFT_MAX_SPARES=0: tasks queued behind workers held in blocking calls "
-		      "wait for them\n", stderr);
-	else
-		fprintf(stderr, "weft: all %d spare workers are in use (WEFT_MAX_SPARES): tasks "
-				"queued behind workers held in blocking calls wait for them\n",
-			S.cap - S.nominal);
-}
-
-/* A parked worker goes back to work, else a spare in standby does; else a new one starts. */
-static void start_spare(void)
-{
-	if (unpark())
-		return;
-	int n = atomic_load(&S.n);
-	for (int i = S.nominal; i < n; i++) {
-		struct worker *v = S.w[i];
-		if (atomic_load(&v->standby)) {
-			resume(v);
-			return;
-		}
+	atomic_store(&S.stop, true);
+	for (int i = 0; i < atomic_load(&S.n); i++) {
+		atomic_store(&S.w[i]->wake_word, 1);
+		futex_wake(&S.w[i]->wake_word, 1);
 	}
-	if (n >= S.cap) {
-		spares_ran_out(0);
-		return;
-	}
-	struct worker *w = S.w[n] ? S.w[n] : new_worker(n); /* kept if a start failed */
-	if (!w) {
-		spares_ran_out(ENOMEM);
-		return;
-	}
-	/* Counted before it runs: it must never be idle without being one of S.n (the deadlock
-	 * check compares the two). Its queues are empty until then. */
-	w->started = true;
-	w->seen_since = weft_now(); /* for the monitor, which alone calls this */
-	w->blocked = -1;
-	atomic_store_explicit(&S.n, n + 1, memory_order_release);
-	int err = pthread_create(&w->thread, NULL, worker_thread, w);
-	if (err) {
-		w->started = false;
-		atomic_store_explicit(&S.n, n, memory_order_release);
-		spares_ran_out(err);
-	}
-}
-
-static int64_t thread_cpu(struct worker *w)
-{
-	struct timespec ts;
-	if (!atomic_load_explicit(&w->tid, memory_order_acquire) || w->cpu_clock == (clockid_t)-1 ||
-	    clock_gettime(w->cpu_clock, &ts) != 0)
-		return -1;
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-/* Whether w's thread is runnable (state R: on a core, or waiting for one) rather than blocked
- * in the kernel. */
-static bool runnable(struct worker *w)
-{
-	char path[64], buf[256];
-	snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)atomic_load(&w->tid));
-	FILE *f = fopen(path, "r");
-	size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-	if (f)
-		fclose(f);
-	buf[n] = 0;
-	const char *p = strrchr(buf, ')'); /* after the command name, which may hold anything */
-	return p && p[1] == ' ' && p[2] == 'R';
-}
-
-/* No worker is idle: start a spare, unless w's thread is merely waiting for a core. On an
- * overloaded machine the kernel may keep a worker off the CPU for longer than STUCK_NS, and
- * another thread would only lengthen the queue for the cores. So the monitor first notes the
- * thread's CPU time, then looks again a period later: a thread that computed (it used at least
- * half that time) or that is blocked in a system call gets a spare; one that was runnable
- * without running is left to the kernel. */
-static bool spare_helps(struct worker *w, int64_t now)
-{
-	if (!w->probe_at) {
-		w->probe_at = now;
-		w->probe_cpu = thread_cpu(w);
-		return false;
-	}
-	if (now - w->probe_at < MONITOR_NS)
-		return false;
-	int64_t cpu = thread_cpu(w), span = now - w->probe_at;
-	w->probe_at = 0;
-	return cpu < 0 || w->probe_cpu < 0 || 2 * (cpu - w->probe_cpu) >= span || !runnable(w);
-}
-
-/*
- * Whether w, on one task since seen_since with work queued, has held that work long enough to
- * be rescued: STUCK_NS, or only BLOCKED_NS when its thread is blocked in the kernel (a system
- * call the shim does not cover, or one it leaves to libc because the task holds a pthread
- * lock: shim.c). Waiting out a time slice is for threads the kernel may merely have preempted,
- * which are runnable; a blocked one may stay so for as long as its call lasts, as Go's sysmon
- * assumes of a thread in a system call when it hands its P over after 20 us to 10 ms. The
- * state is read once a spell below STUCK_NS (a /proc read, 10-20 us): a computing task is
- * looked at once, not every millisecond. With 200 tasks each blocked 20 ms, spares then
- * double every 2-3 ms instead of every 11.
- */
-static bool held_long(struct worker *w, int64_t now)
-{
-	int64_t held = now - w->seen_since;
-	if (held >= STUCK_NS)
-		return true;
-	if (held < BLOCKED_NS || atomic_load(&w->in_idle) || atomic_load(&w->resting))
-		return false;
-	if (w->blocked < 0)
-		w->blocked = !runnable(w);
-	return w->blocked;
-}
-
-/* w has held its work too long (held_long). Returns whether it was dealt with (else: look
- * again). */
-static bool rescue(struct worker *w, int64_t now)
-{
-	if (atomic_load(&S.nidle) == 0) {
-		if (now - park.unparked_at < STUCK_NS)
-			return false; /* a worker just unparked is on its way to take that queue */
-		if (w->blocked <= 0 && !spare_helps(w, now))
-			return w->probe_at == 0; /* still looking, or the kernel's business */
-		start_spare();
-		return true;
-	}
-	atomic_fetch_add(&S.nspinning, 1);
-	pthread_mutex_lock(&S.idle_lock);
-	struct worker *v = S.idle;
-	if (v) {
-		idle_remove(v);
-		v->spinning = true;
-	}
-	pthread_mutex_unlock(&S.idle_lock);
-	if (v)
-		wake_worker(v);
-	else
-		atomic_fetch_sub(&S.nspinning, 1);
-	return true;
-}
-
-/* More workers are free than there are cores, or one was parked: a spare or a parked worker
- * asleep on the idle list is woken, to go to standby (it does so only on its way to sleep:
- * take_surplus), where wake_idle no longer finds it. */
-static bool nudge_to_standby(void)
-{
-	pthread_mutex_lock(&S.idle_lock);
-	struct worker *v = S.idle;
-	while (v && v->id < S.nominal && !parked(v))
-		v = v->idle_link;
-	if (v)
-		idle_remove(v);
-	pthread_mutex_unlock(&S.idle_lock);
-	if (v)
-		wake_worker(v);
-	return v;
-}
-
-/* Spares that may stay free for STANDBY_NS before they go to standby; any more go at once.
- * Kept a while, spares spare a program that holds a worker now and then the hand-over and the
- * call back (see STANDBY_NS); but after a burst of blocking calls had started a hundred, they
- * took the work of the two workers between them for that second, and the kernel time-sliced
- * them: 800,000 channel packets took 100-660 ms instead of 60-160. This many is what weft
- * kept before their number was a setting. */
-static int spares_kept(void)
-{
-	return S.nominal > 4 ? S.nominal : 4;
-}
-
-/* With every worker asleep the monitor pauses, unless spares beyond those kept are still on
- * the idle list, where a wake-up would find them and spread the next work over them: it looks
- * on, nudging them to standby, until they are there. */
-static bool spares_to_put_away(void)
-{
-	return atomic_load(&S.n) - atomic_load(&S.nstandby) > S.nominal + spares_kept();
-}
-
-/* Time stuck counts from now: at the monitor's start (before it, the workers were starting,
- * not stuck: counted from 0, worker 0 with the main task queued looked stuck at the first look,
- * and on a slow machine got a spare) and after it slept. */
-static void monitor_start_clocks(void)
-{
-	int64_t now = weft_now();
-	for (int i = 0; i < atomic_load(&S.n); i++)
-		S.w[i]->seen_since = S.w[i]->moved_at = now, S.w[i]->blocked = -1;
-}
-
-/* Whether w is free to take work, as far as the monitor can tell: not in standby, and not held
- * by one task for STUCK_NS (blocked in a call the shim does not cover, or computing). */
-static bool free_to_work(struct worker *w, uint32_t tick, int64_t now)
-{
-	if (tick != w->moved_tick || atomic_load(&w->in_idle) || atomic_load(&w->resting)) {
-		w->moved_tick = tick;
-		w->moved_at = now;
-	}
-	return !atomic_load(&w->standby) && now - w->moved_at < STUCK_NS;
-}
-
-/* With every worker asleep nothing can be stuck: the monitor sleeps too, so that an idle
- * program takes no wake-ups at all, until a worker leaves idle() (monitor_resume). The flag
- * is set before the last look at nidle, and a worker clears it after leaving the idle list
- * (both seq_cst): one of the two sees the other. */
-static void monitor_pause(void)
-{
-	atomic_store(&S.monitor_off, 1);
-	if (all_asleep() && !atomic_load(&S.stop))
-		futex_wait(&S.monitor_off, 1, INT64_MAX);
-	atomic_store(&S.monitor_off, 0);
-	monitor_start_clocks(); /* the time asleep is nobody's time stuck */
-}
-
-static void monitor_resume(void)
-{
-	if (atomic_load(&S.monitor_off) && atomic_exchange(&S.monitor_off, 0)) {
-		/* the coarse clock stood still while the monitor slept: the tasks about to run
-		 * must not park with the time it fell asleep (a 1 ms sleep showed in dumps as
-		 * seconds); the monitor takes over again from its next look */
-		atomic_store_explicit(&sched_coarse_now, weft_now(), memory_order_relaxed);
-		futex_wake(&S.monitor_off, 1);
-	}
-}
-
-static void *monitor(void *arg)
-{
-	(void)arg;
-	weft_unpin(); /* started by worker 0: its CPU set (affinity.c) */
-	monitor_start_clocks();
-	int64_t gq_since = weft_now(); /* since when the global queue has waited for everyone */
-	int64_t spare_since = 0;       /* since when more workers have been free than cores */
-	while (!atomic_load(&S.stop)) {
-		if (all_asleep() && !spares_to_put_away())
-			monitor_pause();
-		int64_t now = weft_now();
-		atomic_store_explicit(&sched_coarse_now, now, memory_order_relaxed);
-		int n = atomic_load(&S.n), free = 0;
-		for (int i = 0; i < n; i++) {
-			struct worker *w = S.w[i];
-			uint32_t tick = atomic_load_explicit(&w->tick, memory_order_relaxed);
-			free += free_to_work(w, tick, now);
-			if (tick != w->seen_tick || !has_work(w, now)) {
-				w->seen_tick = tick;
-				w->seen_since = now;
-				w->probe_at = 0;
-				w->blocked = -1;
-			} else if (held_long(w, now) && rescue(w, now)) {
-				w->seen_since = now;
-				w->blocked = -1;
-			}
-		}
-		if (free <= S.nominal)
-			spare_since = 0;
-		else if (!spare_since)
-			spare_since = now;
-		bool spare_idle = spare_since && now - spare_since >= S.standby_ns;
-		int surplus = free - S.nominal;
-		if (!spare_idle && surplus > 0)
-			surplus = surplus > spares_kept() ? surplus - spares_kept() : 0;
-		atomic_store(&S.surplus, surplus);
-		for (int k = 0; k < surplus && nudge_to_standby(); k++)
-			;
-		if (S.parking)
-			park_or_unpark(now);
-		/* Fds waited on and nobody polling for STUCK_NS: the poller went off to run a task
-		 * that now holds its worker (the poller is chosen as a worker goes to sleep, in
-		 * idle()), and the other idle workers sleep on their futexes. Wake one: it comes
-		 * back through idle() and polls. */
-		if (poll_waiters() > 0 && !atomic_load(&S.polling) &&
-		    now - atomic_load(&S.last_poll) >= STUCK_NS)
-			wake_idle();
-		/* Tasks in the global queue and no worker free to take them: every one is held by
-		 * a task, or in standby (a plain thread woke those tasks, or a spare handed them
-		 * over). has_work() sees a worker's own queues only, so this is watched here. */
-		if (free > 0 || !atomic_load(&S.gq_n))
-			gq_since = now;
-		else if (now - gq_since >= STUCK_NS) {
-			start_spare();
-			gq_since = now;
-		}
-		futex_wait(&S.monitor_word, 0, now + MONITOR_NS);
-	}
-	return NULL;
+	poll_interrupt();
+	atomic_store(&S.monitor_word, 1);
+	futex_wake(&S.monitor_word, 1);
+	monitor_resume();
 }
 
 static void main_entry(void *arg)
@@ -2052,21 +1564,13 @@ static int init_workers(int n)
 {
 	atomic_store(&S.n, n);
 	S.nominal = n;
-	const char *e = getenv("WEFT_SPARE_MS");
-	S.standby_ns = e && *e ? strtoll(e, NULL, 10) * 1000000 : STANDBY_NS;
 	atomic_store(&S.nstandby, 0);
-	atomic_store(&S.surplus, 0);
-	atomic_store(&S.active, n);
-	e = getenv("WEFT_PARK");
-	S.parking = n > 1 && !(e && strcmp(e, "0") == 0);
-	memset(&park, 0, sizeof park);
-	S.cap = n + max_spares();
-	S.capped = false;
+	monitor_init(n);
 	S.w = calloc((size_t)S.cap, sizeof *S.w);
 	if (!S.w)
 		return -ENOMEM;
 	for (int i = 0; i < n; i++)
-		if (!new_worker(i))
+		if (!sched_new_worker(i))
 			return -ENOMEM;
 	return 0;
 }
@@ -2186,13 +1690,14 @@ int weft_run(int (*main_task)(void *), void *arg)
 		stop_all();
 	}
 	for (; !err && started < n; started++) {
-		if ((err = -pthread_create(&S.w[started]->thread, NULL, worker_thread, S.w[started]))) {
+		if ((err = -pthread_create(&S.w[started]->thread, NULL, sched_worker_thread,
+					   S.w[started]))) {
 			stop_all();
 			break;
 		}
 	}
 	atomic_store(&S.monitor_word, 0);
-	bool monitoring = !err && pthread_create(&S.monitor, NULL, monitor, NULL) == 0;
+	bool monitoring = !err && pthread_create(&S.monitor, NULL, monitor_thread, NULL) == 0;
 	S.threads_at_start -= !monitoring; /* the deadlock check counts a monitor */
 	worker_loop(S.w[0]);
 	if (monitoring) /* first: it may be starting a spare */

@@ -69,7 +69,7 @@ __attribute__((visibility("default"))) const void *weft__shim_runtime(void)
  * thread, the locks taken and not yet released through them; while the count is not 0 the
  * calls here go to libc and block the thread, as Go's system calls block their thread, and the
  * monitor, seeing the worker blocked in the kernel with work queued, gives that work to another
- * thread within a millisecond or two (sched.c, held_long).
+ * thread within a millisecond or two (monitor.c, held_long).
  *
  * Per thread, not per task: a task that holds a lock keeps its thread (the shim does not park
  * it), so the thread's count is the task's. One that parks anyway, in weft's own calls (a

@@ -1,5 +1,5 @@
 /*
- * Tests of the monitor's spare workers (src/sched.c, "the monitor"): tasks held in calls the
+ * Tests of the monitor's spare workers (src/monitor.c): tasks held in calls the
  * shim does not cover get threads of their own as fast as they block, up to a cap that is a
  * setting ($WEFT_MAX_SPARES) and says so once it is reached.
  */

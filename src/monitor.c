@@ -1,0 +1,529 @@
+/*
+ * monitor.c - the monitor thread: it rescues the queue of a worker held by one task, starts
+ * spares and puts them away (standby), parks and unparks workers, and sleeps while every
+ * worker does. It watches the workers of sched.c through sched_state.h.
+ */
+#define _GNU_SOURCE
+#include "monitor.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "futex.h"
+#include "poll.h"
+#include "sched_state.h"
+#include "weft.h"
+
+#define STUCK_NS 10000000   /* a worker on one task this long with work queued is stuck;
+			     * above an OS time slice, so a preempted worker does not count */
+#define BLOCKED_NS 1000000  /* and this long when its thread is blocked in the kernel */
+
+/* ---- the monitor: rescuing the queue of a worker stuck in one task ---------------------- */
+
+/* A task that blocks in a call the shim does not cover, or computes without yielding, holds
+ * its worker; the tasks queued behind it would wait. The monitor looks every MONITOR_NS: a
+ * worker whose switch count has not moved for STUCK_NS while work waits in its queue is
+ * stuck. Then an idle worker is woken to steal that work (thieves take the stuck worker's
+ * `next` slot and due timers too), or, when every worker is busy, a spare worker thread is
+ * started (Go's sysmon hands the P to a new M the same way). A spare goes to standby once
+ * the worker it was started for is back (standby()), and is woken again when needed. */
+#define MONITOR_NS 1000000
+/* A spare goes to standby once more workers than cores have been free this long ($WEFT_SPARE_MS
+ * sets it): a program that holds a worker now and then (a loop of spawns, a long computation)
+ * keeps its spares between the holds rather than hand their tasks over and call them back each
+ * time (10^5 sleepers spawned in waves by weft_execute: 15% slower with 100 ms). */
+#define STANDBY_NS 1000000000
+
+/* End v's standby: it comes back looking for work (standby()). */
+static void resume(struct worker *v)
+{
+	atomic_store(&v->standby, false);
+	sched_wake_worker(v);
+}
+
+/*
+ * Parking. At a light load a second worker costs more than it saves: the tasks it wakes for,
+ * it steals with a fence (membarrier: an interrupt of the victim's core) or finds already run,
+ * and every sleep and wake-up is a context switch on a second core. weft-mqtt at a fixed 10,000
+ * msgs/s used 74 us of CPU per message on two workers against 44 on one. So the monitor keeps
+ * only as many workers at work as the load needs, judging from their threads' CPU time and
+ * their queues:
+ *
+ *  - It parks one when, over PARK_WINDOW_NS, the active workers together used less CPU time
+ *    than one fewer could have given (their spinning counts too, so two workers at a light
+ *    load use more of it than one would). The parked worker, the highest active id, goes to
+ *    standby on its way to sleep (take_surplus), handing over what it still holds, and
+ *    sched_wake_idle no longer finds it.
+ *  - It unparks one as soon as work waits: two tasks or more queued on an active worker (its
+ *    ring and `next`), or any in its inbox, at UNPARK_QUEUED looks in a row; or every active
+ *    worker busy for more than UNPARK_CPU percent of UNPARK_WINDOW_NS. A burst waits a few
+ *    milliseconds for the parked worker; a worker held by one task is rescued by it before
+ *    the monitor would start a spare (STUCK_NS), and start_spare unparks first too.
+ *  - An unpark starts the window again: a worker once brought back stays at least that long.
+ *
+ * Idle workers are not parked: asleep on the idle list they cost nothing. $WEFT_PARK=0 keeps
+ * every worker at work.
+ */
+#define PARK_WINDOW_NS 100000000
+#define UNPARK_QUEUED 5
+#define UNPARK_CPU 90
+#define UNPARK_WINDOW_NS 10000000
+
+static struct {
+	int queued;          /* looks in a row with work waiting on an active worker */
+	int64_t since;       /* start of the current short window (UNPARK_WINDOW_NS) */
+	int64_t window_cpu;  /* CPU time of the active workers in this long window, */
+	int64_t window_ns;   /* and its length so far */
+	int64_t unparked_at; /* the last unpark */
+} park; /* the monitor's alone */
+
+static int64_t thread_cpu(struct worker *w);
+static bool nudge_to_standby(void);
+
+/* Bring back the lowest parked worker; false if none is parked. */
+static bool unpark(void)
+{
+	int active = atomic_load(&S.active);
+	if (active >= S.nominal)
+		return false;
+	atomic_store(&S.active, active + 1); /* before the look at `standby`: see standby() */
+	struct worker *v = S.w[active];
+	if (atomic_load(&v->standby))
+		resume(v);
+	v->park_cpu = thread_cpu(v);
+	park.window_cpu = park.window_ns = 0;
+	park.unparked_at = weft_now();
+	return true;
+}
+
+/* The CPU time the active workers used since the last short window; the least any used. */
+static int64_t active_cpu(int active, int64_t *least)
+{
+	int64_t sum = 0;
+	*least = INT64_MAX;
+	for (int i = 0; i < active; i++) {
+		struct worker *w = S.w[i];
+		int64_t c = thread_cpu(w), used = c >= 0 && w->park_cpu >= 0 ? c - w->park_cpu : 0;
+		w->park_cpu = c;
+		sum += used;
+		*least = used < *least ? used : *least;
+	}
+	return sum;
+}
+
+static bool work_waits(struct worker *w)
+{
+	return runq_len(&w->q) + (atomic_load(&w->next) != NULL) >= 2 || atomic_load(&w->inbox);
+}
+
+/* At every look of the monitor (MONITOR_NS). */
+static void park_or_unpark(int64_t now)
+{
+	int active = atomic_load(&S.active);
+	bool waits = false;
+	for (int i = 0; i < active; i++)
+		waits |= work_waits(S.w[i]);
+	park.queued = waits ? park.queued + 1 : 0;
+	if (park.queued >= UNPARK_QUEUED && unpark())
+		return;
+	int64_t span = now - park.since;
+	if (span < UNPARK_WINDOW_NS)
+		return;
+	park.since = now;
+	int64_t least, cpu = active_cpu(active, &least);
+	if (span > 2 * UNPARK_WINDOW_NS) /* the monitor slept, as every worker did */
+		return;
+	if (100 * least > UNPARK_CPU * span && unpark())
+		return;
+	if (active < 2)
+		return;
+	park.window_cpu += cpu;
+	park.window_ns += span;
+	if (park.window_ns < PARK_WINDOW_NS)
+		return;
+	if (park.window_cpu < (active - 1) * park.window_ns) {
+		atomic_store(&S.active, active - 1);
+		nudge_to_standby();
+	}
+	park.window_cpu = park.window_ns = 0;
+}
+
+static bool has_work(struct worker *w, int64_t now)
+{
+	return runq_len(&w->q) || atomic_load(&w->next) || atomic_load(&w->inbox) ||
+	       atomic_load(&w->timers.first) <= now;
+}
+
+/*
+ * Spare workers the monitor may start: $WEFT_MAX_SPARES, else MAX_SPARES, or RLIMIT_NPROC when
+ * that is lower (threads beyond it would not start anyway). Each spare stands for a worker held
+ * in a call the shim does not cover, or in one it leaves to libc because the task holds a
+ * pthread lock (shim.c), so the cap bounds how many such calls wait at once: with the cap at
+ * max(4, workers), 200 tasks each blocked 20 ms took 700 ms. Go has no cap of its own on the
+ * threads blocked in system calls but stops the program at 10,000 (debug.SetMaxThreads): a
+ * program that needs more is more likely to have lost its way. The records of spares are made
+ * as they start, so a high cap costs nothing until used; only arrays indexed by worker id
+ * (weft_worker_max) grow with it.
+ */
+#define MAX_SPARES 10000
+static int max_spares(void)
+{
+	const char *e = getenv("WEFT_MAX_SPARES");
+	long n = MAX_SPARES;
+	struct rlimit r;
+	if (e && *e)
+		n = strtol(e, NULL, 10);
+	else if (getrlimit(RLIMIT_NPROC, &r) == 0 && r.rlim_cur != RLIM_INFINITY &&
+		 r.rlim_cur < (rlim_t)n)
+		n = (long)r.rlim_cur;
+	return n < 0 ? 0 : n > 1000000 ? 1000000 : (int)n;
+}
+
+/* The monitor could start no spare (err: 0 when at the cap, else pthread_create's): tasks queued
+ * behind held workers wait for them. Said once a run. */
+static void spares_ran_out(int err)
+{
+	if (S.capped)
+		return;
+	S.capped = true;
+	if (err)
+		fprintf(stderr, "weft: could not start a spare worker (%s) with %d running: tasks "
+				"queued behind workers held in blocking calls wait for them\n",
+			strerror(err), atomic_load(&S.n));
+	else if (S.cap == S.nominal)
+		fputs("weft: WEFT_MAX_SPARES=0: tasks queued behind workers held in blocking calls "
+		      "wait for them\n", stderr);
+	else
+		fprintf(stderr, "weft: all %d spare workers are in use (WEFT_MAX_SPARES): tasks "
+				"queued behind workers held in blocking calls wait for them\n",
+			S.cap - S.nominal);
+}
+
+/* A parked worker goes back to work, else a spare in standby does; else a new one starts. */
+static void start_spare(void)
+{
+	if (unpark())
+		return;
+	int n = atomic_load(&S.n);
+	for (int i = S.nominal; i < n; i++) {
+		struct worker *v = S.w[i];
+		if (atomic_load(&v->standby)) {
+			resume(v);
+			return;
+		}
+	}
+	if (n >= S.cap) {
+		spares_ran_out(0);
+		return;
+	}
+	struct worker *w = S.w[n] ? S.w[n] : sched_new_worker(n); /* kept if a start failed */
+	if (!w) {
+		spares_ran_out(ENOMEM);
+		return;
+	}
+	/* Counted before it runs: it must never be idle without being one of S.n (the deadlock
+	 * check compares the two). Its queues are empty until then. */
+	w->started = true;
+	w->seen_since = weft_now(); /* for the monitor, which alone calls this */
+	w->blocked = -1;
+	atomic_store_explicit(&S.n, n + 1, memory_order_release);
+	int err = pthread_create(&w->thread, NULL, sched_worker_thread, w);
+	if (err) {
+		w->started = false;
+		atomic_store_explicit(&S.n, n, memory_order_release);
+		spares_ran_out(err);
+	}
+}
+
+static int64_t thread_cpu(struct worker *w)
+{
+	struct timespec ts;
+	if (!atomic_load_explicit(&w->tid, memory_order_acquire) || w->cpu_clock == (clockid_t)-1 ||
+	    clock_gettime(w->cpu_clock, &ts) != 0)
+		return -1;
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Whether w's thread is runnable (state R: on a core, or waiting for one) rather than blocked
+ * in the kernel. */
+static bool runnable(struct worker *w)
+{
+	char path[64], buf[256];
+	snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)atomic_load(&w->tid));
+	FILE *f = fopen(path, "r");
+	size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+	if (f)
+		fclose(f);
+	buf[n] = 0;
+	const char *p = strrchr(buf, ')'); /* after the command name, which may hold anything */
+	return p && p[1] == ' ' && p[2] == 'R';
+}
+
+/* No worker is idle: start a spare, unless w's thread is merely waiting for a core. On an
+ * overloaded machine the kernel may keep a worker off the CPU for longer than STUCK_NS, and
+ * another thread would only lengthen the queue for the cores. So the monitor first notes the
+ * thread's CPU time, then looks again a period later: a thread that computed (it used at least
+ * half that time) or that is blocked in a system call gets a spare; one that was runnable
+ * without running is left to the kernel. */
+static bool spare_helps(struct worker *w, int64_t now)
+{
+	if (!w->probe_at) {
+		w->probe_at = now;
+		w->probe_cpu = thread_cpu(w);
+		return false;
+	}
+	if (now - w->probe_at < MONITOR_NS)
+		return false;
+	int64_t cpu = thread_cpu(w), span = now - w->probe_at;
+	w->probe_at = 0;
+	return cpu < 0 || w->probe_cpu < 0 || 2 * (cpu - w->probe_cpu) >= span || !runnable(w);
+}
+
+/*
+ * Whether w, on one task since seen_since with work queued, has held that work long enough to
+ * be rescued: STUCK_NS, or only BLOCKED_NS when its thread is blocked in the kernel (a system
+ * call the shim does not cover, or one it leaves to libc because the task holds a pthread
+ * lock: shim.c). Waiting out a time slice is for threads the kernel may merely have preempted,
+ * which are runnable; a blocked one may stay so for as long as its call lasts, as Go's sysmon
+ * assumes of a thread in a system call when it hands its P over after 20 us to 10 ms. The
+ * state is read once a spell below STUCK_NS (a /proc read, 10-20 us): a computing task is
+ * looked at once, not every millisecond. With 200 tasks each blocked 20 ms, spares then
+ * double every 2-3 ms instead of every 11.
+ */
+static bool held_long(struct worker *w, int64_t now)
+{
+	int64_t held = now - w->seen_since;
+	if (held >= STUCK_NS)
+		return true;
+	if (held < BLOCKED_NS || atomic_load(&w->in_idle) || atomic_load(&w->resting))
+		return false;
+	if (w->blocked < 0)
+		w->blocked = !runnable(w);
+	return w->blocked;
+}
+
+/* Wake a worker asleep on the idle list to look for work, whether or not another is spinning
+ * (unlike sched_wake_idle: that one has not taken the work in question). The spinner count is
+ * given back under the lock, as sched_wake_idle does, and for the same reason. */
+static void wake_one_idle(void)
+{
+	atomic_fetch_add(&S.nspinning, 1);
+	pthread_mutex_lock(&S.idle_lock);
+	struct worker *v = S.idle;
+	if (v) {
+		sched_idle_remove(v);
+		v->spinning = true;
+	} else {
+		atomic_fetch_sub(&S.nspinning, 1);
+	}
+	pthread_mutex_unlock(&S.idle_lock);
+	if (v)
+		sched_wake_worker(v);
+}
+
+/* w has held its work too long (held_long). Returns whether it was dealt with (else: look
+ * again). */
+static bool rescue(struct worker *w, int64_t now)
+{
+	if (atomic_load(&S.nidle) == 0) {
+		if (now - park.unparked_at < STUCK_NS)
+			return false; /* a worker just unparked is on its way to take that queue */
+		if (w->blocked <= 0 && !spare_helps(w, now))
+			return w->probe_at == 0; /* still looking, or the kernel's business */
+		start_spare();
+		return true;
+	}
+	wake_one_idle();
+	return true;
+}
+
+/* More workers are free than there are cores, or one was parked: a spare or a parked worker
+ * asleep on the idle list is woken, to go to standby (it does so only on its way to sleep:
+ * take_surplus), where sched_wake_idle no longer finds it. */
+static bool nudge_to_standby(void)
+{
+	pthread_mutex_lock(&S.idle_lock);
+	struct worker *v = S.idle;
+	while (v && v->id < S.nominal && !parked(v))
+		v = v->idle_link;
+	if (v)
+		sched_idle_remove(v);
+	pthread_mutex_unlock(&S.idle_lock);
+	if (v)
+		sched_wake_worker(v);
+	return v;
+}
+
+/* Spares that may stay free for STANDBY_NS before they go to standby; any more go at once.
+ * Kept a while, spares spare a program that holds a worker now and then the hand-over and the
+ * call back (see STANDBY_NS); but after a burst of blocking calls had started a hundred, they
+ * took the work of the two workers between them for that second, and the kernel time-sliced
+ * them: 800,000 channel packets took 100-660 ms instead of 60-160. This many is what weft
+ * kept before their number was a setting. */
+static int spares_kept(void)
+{
+	return S.nominal > 4 ? S.nominal : 4;
+}
+
+/* With every worker asleep the monitor pauses, unless spares beyond those kept are still on
+ * the idle list, where a wake-up would find them and spread the next work over them: it looks
+ * on, nudging them to standby, until they are there. */
+static bool spares_to_put_away(void)
+{
+	return atomic_load(&S.n) - atomic_load(&S.nstandby) > S.nominal + spares_kept();
+}
+
+/* Time stuck counts from now: at the monitor's start (before it, the workers were starting,
+ * not stuck: counted from 0, worker 0 with the main task queued looked stuck at the first look,
+ * and on a slow machine got a spare) and after it slept. */
+static void monitor_start_clocks(void)
+{
+	int64_t now = weft_now();
+	for (int i = 0; i < atomic_load(&S.n); i++)
+		S.w[i]->seen_since = S.w[i]->moved_at = now, S.w[i]->blocked = -1;
+}
+
+/* Whether w is free to take work, as far as the monitor can tell: not in standby, and not held
+ * by one task for STUCK_NS (blocked in a call the shim does not cover, or computing). */
+static bool free_to_work(struct worker *w, uint32_t tick, int64_t now)
+{
+	if (tick != w->moved_tick || atomic_load(&w->in_idle) || atomic_load(&w->resting)) {
+		w->moved_tick = tick;
+		w->moved_at = now;
+	}
+	return !atomic_load(&w->standby) && now - w->moved_at < STUCK_NS;
+}
+
+/* With every worker asleep nothing can be stuck: the monitor sleeps too, so that an idle
+ * program takes no wake-ups at all, until a worker leaves idle() (monitor_resume). The flag
+ * is set before the last look at nidle, and a worker clears it after leaving the idle list
+ * (both seq_cst): one of the two sees the other. */
+static void monitor_pause(void)
+{
+	atomic_store(&S.monitor_off, 1);
+	if (all_asleep() && !atomic_load(&S.stop))
+		futex_wait(&S.monitor_off, 1, INT64_MAX);
+	atomic_store(&S.monitor_off, 0);
+	monitor_start_clocks(); /* the time asleep is nobody's time stuck */
+}
+
+void monitor_resume(void)
+{
+	if (atomic_load(&S.monitor_off) && atomic_exchange(&S.monitor_off, 0)) {
+		/* the coarse clock stood still while the monitor slept: the tasks about to run
+		 * must not park with the time it fell asleep (a 1 ms sleep showed in dumps as
+		 * seconds); the monitor takes over again from its next look */
+		atomic_store_explicit(&sched_coarse_now, weft_now(), memory_order_relaxed);
+		futex_wake(&S.monitor_off, 1);
+	}
+}
+
+void *monitor_thread(void *arg)
+{
+	(void)arg;
+	weft_unpin(); /* started by worker 0: its CPU set (affinity.c) */
+	monitor_start_clocks();
+	int64_t gq_since = weft_now(); /* since when the global queue has waited for everyone */
+	int64_t gq_untaken = gq_since; /* since when nobody has taken from it, */
+	uint32_t gq_taken = 0;         /* which S.gq_taken tells */
+	int64_t spare_since = 0;       /* since when more workers have been free than cores */
+	while (!atomic_load(&S.stop)) {
+		/* Not while tasks wait in the global queue: every worker asleep beside them is a
+		 * wake-up lost, which the watch of the queue below makes up for. */
+		if (all_asleep() && !spares_to_put_away() && !atomic_load(&S.gq_n))
+			monitor_pause();
+		int64_t now = weft_now();
+		atomic_store_explicit(&sched_coarse_now, now, memory_order_relaxed);
+		int n = atomic_load(&S.n), free = 0;
+		for (int i = 0; i < n; i++) {
+			struct worker *w = S.w[i];
+			uint32_t tick = atomic_load_explicit(&w->tick, memory_order_relaxed);
+			free += free_to_work(w, tick, now);
+			if (tick != w->seen_tick || !has_work(w, now)) {
+				w->seen_tick = tick;
+				w->seen_since = now;
+				w->probe_at = 0;
+				w->blocked = -1;
+			} else if (held_long(w, now) && rescue(w, now)) {
+				w->seen_since = now;
+				w->blocked = -1;
+			}
+		}
+		if (free <= S.nominal)
+			spare_since = 0;
+		else if (!spare_since)
+			spare_since = now;
+		bool spare_idle = spare_since && now - spare_since >= S.standby_ns;
+		int surplus = free - S.nominal;
+		if (!spare_idle && surplus > 0)
+			surplus = surplus > spares_kept() ? surplus - spares_kept() : 0;
+		atomic_store(&S.surplus, surplus);
+		for (int k = 0; k < surplus && nudge_to_standby(); k++)
+			;
+		if (S.parking)
+			park_or_unpark(now);
+		/* Fds waited on and nobody polling for STUCK_NS: the poller went off to run a task
+		 * that now holds its worker (the poller is chosen as a worker goes to sleep, in
+		 * idle()), and the other idle workers sleep on their futexes. Wake one: it comes
+		 * back through idle() and polls. */
+		if (poll_waiters() > 0 && !atomic_load(&S.polling) &&
+		    now - atomic_load(&S.last_poll) >= STUCK_NS)
+			sched_wake_idle();
+		/*
+		 * The global queue. has_work() sees a worker's own queues only, so it is watched
+		 * here. Workers take from it when they run out of work and every GLOBAL_EVERY
+		 * switches, a fair share at a time (global_pop); a worker asleep on the idle list
+		 * only once woken. Tasks waiting there for STUCK_NS:
+		 *  - with no worker free to take them (every one held by a task, or in standby: a
+		 *    plain thread woke those tasks, or a spare handed them over) get a spare;
+		 *  - with nobody taking from it meanwhile and a worker asleep on the idle list,
+		 *    that worker is woken. free_to_work() counts it free, and it is, but only once
+		 *    woken, and nothing else may wake it: the queue also fills without a wake-up
+		 *    (a ring's overflow, say as a worker drains an inbox a hot channel filled), and
+		 *    a wake-up from a worker may be missed by design, since the waker is to take
+		 *    the work itself, a share at a time. When its task then blocks it in a call
+		 *    the shim does not cover, what it left in the queue waited for good.
+		 * Waking on every spill instead would not do: any missed wake-up leaves the same
+		 * state, and only the monitor sees the worker held afterwards. Nor would counting
+		 * sleeping workers as not free: a spare would start where a wake-up does. The
+		 * wait is STUCK_NS, not BLOCKED_NS: while tasks gather on a hot channel's home,
+		 * the others leave the queue to it (global_take) and it takes from it only every
+		 * GLOBAL_EVERY switches, so a shorter wait would wake workers that decline.
+		 */
+		int queued = atomic_load(&S.gq_n);
+		if (free > 0 || !queued)
+			gq_since = now;
+		else if (now - gq_since >= STUCK_NS) {
+			start_spare();
+			gq_since = now;
+		}
+		uint32_t taken = atomic_load_explicit(&S.gq_taken, memory_order_relaxed);
+		if (!queued || taken != gq_taken || !atomic_load(&S.nidle)) {
+			gq_taken = taken;
+			gq_untaken = now;
+		} else if (now - gq_untaken >= STUCK_NS) {
+			wake_one_idle();
+			gq_untaken = now;
+		}
+		futex_wait(&S.monitor_word, 0, now + MONITOR_NS);
+	}
+	return NULL;
+}
+
+/* Per run: the spares' cap and standby time, parking (init_workers, before the records). */
+void monitor_init(int n)
+{
+	const char *e = getenv("WEFT_SPARE_MS");
+	S.standby_ns = e && *e ? strtoll(e, NULL, 10) * 1000000 : STANDBY_NS;
+	atomic_store(&S.surplus, 0);
+	atomic_store(&S.active, n);
+	e = getenv("WEFT_PARK");
+	S.parking = n > 1 && !(e && strcmp(e, "0") == 0);
+	memset(&park, 0, sizeof park);
+	S.cap = n + max_spares();
+	S.capped = false;
+}
