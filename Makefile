@@ -18,8 +18,9 @@ CC       ?= cc
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=gnu11 -Wall -Wextra -fPIC -pthread -Iinclude -iquote src
 # A frame bigger than a page touches each page on the way down, so an overflow faults on the
-# task's own guard page instead of landing in the stack below (another task's). Programs using
-# weft get it from weft.pc too; for loops and small frames it costs nothing.
+# task's own guard page instead of landing in the stack below (another task's). weft.h and the
+# README recommend it to programs (not forced through weft.pc: not every compiler has it); for
+# loops and small frames it costs nothing.
 CFLAGS   += -fstack-clash-protection
 LDLIBS   += -pthread
 ifeq ($(CI),true)
@@ -100,7 +101,7 @@ $(B)/libweft-shim.so: src/shim.c $(HDRS) $(B)/libweft.so
 	$(CC) $(CFLAGS) -shared $(LDFLAGS) -o $@ src/shim.c -L$(B) -lweft -Wl,-rpath,'$$ORIGIN' -ldl $(LDLIBS)
 
 # pkg-config file for PREFIX (install writes it again for the PREFIX it installs to)
-WRITE_PC = printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: weft\nDescription: lightweight tasks, channels and task-aware locks over one worker per core\nVersion: 0.1.0\nLibs: -L$${libdir} -lweft\nLibs.private: -pthread\nCflags: -I$${includedir} -fstack-clash-protection\n' '$(PREFIX)'
+WRITE_PC = printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: weft\nDescription: lightweight tasks, channels and task-aware locks over one worker per core\nVersion: 0.1.0\nLibs: -L$${libdir} -lweft\nLibs.private: -pthread\nCflags: -I$${includedir}\n' '$(PREFIX)'
 
 weft.pc $(B)/weft.pc: Makefile
 	@mkdir -p $(B)

@@ -96,9 +96,10 @@ typedef struct weft_task weft_task;
  * its stack has a guard page, as the first $WEFT_STACK_GUARDS stacks do (default: a quarter of
  * vm.max_map_count less 2048, 14,334 on a default kernel, so that half of the mappings stay for
  * the program); beyond that, when the task next parks with no deadline or ends, or within 16
- * switches (a canary check). Compile tasks' code with -fstack-clash-protection (pkg-config
- * --cflags weft has it): without it a frame bigger than a page can step over the guard page
- * and write into the stack below, another task's, before anything faults.
+ * switches (a canary check). Compile tasks' code with -fstack-clash-protection: without it a
+ * frame bigger than a page can step over the guard page and write into the stack below,
+ * another task's, before anything faults (with it, a stack with a guard page faults there
+ * first; one beyond the guard budget is still caught after the fact).
  */
 #define WEFT_STACK_DEFAULT (64 * 1024) /* bytes */
 #define WEFT_STACK_MIN (16 * 1024)     /* bytes; smaller sizes are rejected with EINVAL */
@@ -190,8 +191,11 @@ int weft_cancelled(void);
  * long (to about a millisecond), and where it was spawned (file+offset, for addr2line):
  *
  *   task 12 (conn): chan recv on 0x55d0c0a1c2a0 for 153 ms, spawned at ./server+0x1a2b
+ *   task 14 (query): in a system call for 2210 ms on worker 1, spawned at ./server+0x1c40
  *
- * Returns the number of tasks, -EBADF, or -EINVAL outside a task. While weft runs, SIGQUIT
+ * A task on a worker shows "running", or "in a system call" when its worker's thread is
+ * blocked in the kernel (a call weft does not cover: see the shim), with how long it has held
+ * the worker (to a few milliseconds; left out while the task has only just begun). Returns the number of tasks, -EBADF, or -EINVAL outside a task. While weft runs, SIGQUIT
  * (Ctrl-\) prints the same dump to stderr and exits with status 2, unless the program has a
  * SIGQUIT handler of its own. The deadlock report lists the blocked tasks the same way.
  */

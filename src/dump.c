@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "chan.h"
+#include "monitor.h"
 #include "sanitizer.h"
 #include "sched.h"
 #include "stack.h"
@@ -68,7 +69,9 @@ static void dump_one(struct stack *s, void *ctx)
 		return;
 	char line[512], at[256];
 	where(t->spawned_at, at, sizeof at);
-	int st = task_state(t), n;
+	int st = task_state(t), n, wid;
+	int64_t ns;
+	bool in_kernel;
 	if (st == TASK_PARKED) {
 		long long ms = d->now && t->parked_at ? (d->now - t->parked_at) / 1000000 : 0;
 		/* The task may be woken, and what it waited on freed, while we look: read the
@@ -88,6 +91,15 @@ static void dump_one(struct stack *s, void *ctx)
 			n += snprintf(line + n, sizeof line - (size_t)n, " on %p", obj);
 		n += snprintf(line + n, sizeof line - (size_t)n, " for %lld ms, spawned at %s\n", ms,
 			      at);
+	} else if (st == TASK_RUNNING && (wid = monitor_running(t, d->now, &ns, &in_kernel)) >= 0) {
+		/* as Go's "[syscall, 2 minutes]": a task that holds its worker, and for how long */
+		n = snprintf(line, sizeof line, "  task %llu (%.31s): %s", (unsigned long long)t->id,
+			     t->name, in_kernel ? "in a system call" : "running");
+		if (ns >= 0)
+			n += snprintf(line + n, sizeof line - (size_t)n, " for %lld ms",
+				      (long long)(ns / 1000000));
+		n += snprintf(line + n, sizeof line - (size_t)n, " on worker %d, spawned at %s\n",
+			      wid, at);
 	} else {
 		n = snprintf(line, sizeof line, "  task %llu (%.31s): %s, spawned at %s\n",
 			     (unsigned long long)t->id, t->name, state_name(st), at);

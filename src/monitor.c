@@ -7,6 +7,7 @@
 #include "monitor.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "futex.h"
 #include "poll.h"
 #include "sched_state.h"
+#include "sys.h"
 #include "weft.h"
 
 #define STUCK_NS 10000000   /* a worker on one task this long with work queued is stuck;
@@ -252,15 +254,34 @@ static int64_t thread_cpu(struct worker *w)
  * in the kernel. */
 static bool runnable(struct worker *w)
 {
+	/* raw system calls, not stdio: the dump calls this from its SIGQUIT handler and from
+	 * tasks, under the shim too */
 	char path[64], buf[256];
 	snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)atomic_load(&w->tid));
-	FILE *f = fopen(path, "r");
-	size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-	if (f)
-		fclose(f);
-	buf[n] = 0;
+	int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? sys_read(fd, buf, sizeof buf - 1) : -1;
+	if (fd >= 0)
+		sys_close(fd);
+	buf[n > 0 ? n : 0] = 0;
 	const char *p = strrchr(buf, ')'); /* after the command name, which may hold anything */
 	return p && p[1] == ' ' && p[2] == 'R';
+}
+
+int monitor_running(const weft_task *t, int64_t now, int64_t *ns, bool *in_kernel)
+{
+	int n = atomic_load(&S.n);
+	for (int i = 0; i < n; i++) {
+		struct worker *w = S.w[i];
+		if (!w || w->cur != t)
+			continue;
+		uint32_t seen = atomic_load_explicit(&w->run_tick, memory_order_acquire);
+		int64_t since = atomic_load_explicit(&w->run_since, memory_order_relaxed);
+		bool known = seen == atomic_load_explicit(&w->tick, memory_order_relaxed) && since;
+		*ns = known && now > since ? now - since : -1;
+		*in_kernel = known && !runnable(w);
+		return i;
+	}
+	return -1;
 }
 
 /* No worker is idle: start a spare, unless w's thread is merely waiting for a core. On an
@@ -442,6 +463,10 @@ void *monitor_thread(void *arg)
 		for (int i = 0; i < n; i++) {
 			struct worker *w = S.w[i];
 			uint32_t tick = atomic_load_explicit(&w->tick, memory_order_relaxed);
+			if (tick != atomic_load_explicit(&w->run_tick, memory_order_relaxed)) {
+				atomic_store_explicit(&w->run_since, now, memory_order_relaxed);
+				atomic_store_explicit(&w->run_tick, tick, memory_order_release);
+			}
 			free += free_to_work(w, tick, now);
 			if (tick != w->seen_tick || !has_work(w, now)) {
 				w->seen_tick = tick;

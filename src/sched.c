@@ -46,7 +46,6 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
-#include <ucontext.h>
 #include <unistd.h>
 
 #include "affinity.h"
@@ -54,6 +53,7 @@
 #include "blocking.h"
 #include "futex.h"
 #include "monitor.h"
+#include "overflow.h"
 #include "poll.h"
 #include "sanitizer.h"
 #include "sched_state.h"
@@ -566,17 +566,6 @@ void sched_ready_batch(weft_task *const *v, int n)
 }
 
 /* ---- switching --------------------------------------------------------------------------- */
-
-/* Say it (async-signal-safe: snprintf of integers and strings, and write) and abort. */
-_Noreturn static void overflow_abort(weft_task *t)
-{
-	char msg[320];
-	int n = snprintf(msg, sizeof msg, "weft: task %llu (%s) overflowed its %zu-byte stack\n",
-			 (unsigned long long)t->id, t->name, t->stk.size);
-	if (write(2, msg, (size_t)n) < 0) {
-	}
-	abort();
-}
 
 /* The first thing a context does once resumed: let go of the task switched away from. Every
  * switch_to sets w->prev just before it switches, and every context resumes through here
@@ -1411,59 +1400,6 @@ static void worker_loop(struct worker *w)
 
 /* ---- workers' life ----------------------------------------------------------------------- */
 
-static char *fault_sp(void *uc)
-{
-	mcontext_t *m = &((ucontext_t *)uc)->uc_mcontext;
-#if defined(__x86_64__)
-	return (char *)m->gregs[REG_RSP];
-#elif defined(__aarch64__)
-	return (char *)m->sp;
-#else
-	(void)m;
-	return NULL;
-#endif
-}
-
-/*
- * A fault. The task to blame for an overflow is the one running on this thread, not always the
- * one whose guard page was hit: a frame bigger than a page (a large local array, compiled
- * without -fstack-clash-protection) moves the stack pointer past the task's own guard page, and
- * its first writes land below, in other tasks' slots (their stacks, which do not fault, or their
- * guard pages) or below the region (unmapped). So: when the running task's stack pointer is
- * below its stack, it overflowed, wherever the fault was. Else a fault on a guard page is the
- * overflow of the task it belongs to when that is the running task, and a wild pointer when it
- * is not; any other fault is not weft's, and goes to the handler before it. Rejected: blaming
- * the owner of the page (what this did first: "task 1 (main) overflowed" for a frame of
- * 200 KiB in another task, and a bare "Segmentation fault" when the frame reached below the
- * region).
- */
-static void on_segv(int sig, siginfo_t *si, void *uc)
-{
-	(void)sig;
-	struct worker *w = worker_tls;
-	weft_task *t = w ? w->cur : NULL;
-	char *sp = fault_sp(uc);
-	if (t && sp && sp < (char *)t->stk.lo)
-		overflow_abort(t);
-	struct stack *s = stack_of_guard(si->si_addr);
-	if (!s) {
-		sigaction(SIGSEGV, &S.old_segv, NULL); /* not ours: fault again, the old way */
-		return;
-	}
-	weft_task *o = (weft_task *)s;
-	if (!t || t == o)
-		overflow_abort(o);
-	char msg[320];
-	int n = snprintf(msg, sizeof msg,
-			 "weft: task %llu (%s) touched the guard page below task %llu (%s)'s stack "
-			 "at %p: a wild pointer\n",
-			 (unsigned long long)t->id, t->name, (unsigned long long)o->id, o->name,
-			 si->si_addr);
-	if (write(2, msg, (size_t)n) < 0) {
-	}
-	abort();
-}
-
 static void worker_enter(struct worker *w)
 {
 	worker_tls = w;
@@ -1667,8 +1603,7 @@ int weft_run(int (*main_task)(void *), void *arg)
 		return err;
 	}
 	affinity_plan(n);
-	struct sigaction sa = { .sa_sigaction = on_segv, .sa_flags = SA_SIGINFO | SA_ONSTACK };
-	sigaction(SIGSEGV, &sa, &S.old_segv);
+	overflow_install();
 	dump_install();
 	atomic_store(&sched_coarse_now, weft_now());
 	/* no contention yet: nothing gathers on a worker of an earlier weft_run */
@@ -1712,7 +1647,7 @@ int weft_run(int (*main_task)(void *), void *arg)
 	worker_leave(S.w[0]);
 	affinity_restore();
 	prctl(PR_SET_TIMERSLACK, (unsigned long)old_slack, 0, 0, 0);
-	sigaction(SIGSEGV, &S.old_segv, NULL);
+	overflow_uninstall();
 	dump_uninstall();
 	stack_each_live(discard_task, NULL);
 	stack_release_all();

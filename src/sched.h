@@ -70,6 +70,8 @@ struct worker {
 	int64_t park_cpu;             /* the monitor's: the thread's CPU time at its last look */
 	uint32_t moved_tick;          /* the monitor's: tick when last seen moving or idle, and when */
 	int64_t moved_at;
+	_Atomic uint32_t run_tick;    /* the monitor's, for the dump: the tick it first saw the */
+	_Atomic int64_t run_since;    /* current run at, and when (monitor_running) */
 	clockid_t cpu_clock;          /* the thread's CPU-time clock, valid once tid is set */
 	_Atomic pid_t tid;            /* 0 until the thread runs */
 	bool started;                 /* a spare worker runs only once the monitor starts it */

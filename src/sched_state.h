@@ -46,7 +46,6 @@ struct sched_state {
 	pthread_t monitor;
 	_Atomic uint32_t monitor_word; /* futex: the monitor sleeps on it, stop_all wakes it */
 	_Atomic uint32_t monitor_off;  /* futex: 1 while the monitor sleeps for want of work */
-	struct sigaction old_segv;
 };
 extern struct sched_state sched_state __attribute__((visibility("hidden")));
 /* Both files call it S. */

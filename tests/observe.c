@@ -300,3 +300,48 @@ TEST(stats_parks_match_wakes_at_quiescence)
 	RUN(counts);
 	CHECK_EQ(weft_stats(NULL, 0, NULL), -EINVAL); /* outside weft_run */
 }
+
+/* A task in a system call weft does not cover (a raw read(2) of a pipe: this test is not
+ * shimmed) holds its worker: the dump says so, and for how long, as Go's "[syscall, N
+ * minutes]", instead of a bare "running". */
+static int held_fd[2];
+
+static void holds_its_worker(void *arg)
+{
+	(void)arg;
+	char b;
+	CHECK_EQ(read(held_fd[0], &b, 1), 1);
+}
+
+static int dump_of_a_held_worker(void *arg)
+{
+	(void)arg;
+	CHECK_EQ(pipe(held_fd), 0);
+	weft_task *h = weft_spawn_opt(holds_its_worker, NULL, &(weft_spawn_opts){ .name = "holder" });
+	weft_sleep(600 * MS);
+	FILE *f = tmpfile();
+	CHECK(f);
+	CHECK(weft_dump(fileno(f)) >= 2);
+	CHECK_EQ(write(held_fd[1], "x", 1), 1);
+	CHECK_EQ(weft_join(h), 0);
+	char out[4096];
+	rewind(f);
+	size_t k = fread(out, 1, sizeof out - 1, f);
+	out[k] = 0;
+	fclose(f);
+	const char *l = strstr(out, "(holder): in a system call for ");
+	if (!l)
+		printf("%s", out);
+	CHECK(l);
+	long ms = atol(l + strlen("(holder): in a system call for "));
+	CHECK(ms >= 200 && ms < 60000);
+	CHECK(strstr(l, " ms on worker "));
+	close(held_fd[0]);
+	close(held_fd[1]);
+	return 0;
+}
+
+TEST(dump_says_how_long_a_task_has_held_its_worker_in_a_system_call)
+{
+	RUN(dump_of_a_held_worker);
+}

@@ -243,8 +243,7 @@ TEST(unguarded_overflow_is_reported_when_the_task_ends)
  * memset's first write lands far below it - in the slots of other tasks, or, as here, in memory
  * that is no stack at all (reserved PROT_NONE below the task's stack, so that nothing is
  * corrupted and the fault is certain). The task to name is the one whose stack pointer left
- * its stack (before: "task 1 (main) overflowed" when the fault hit main's guard page, a bare
- * "Segmentation fault" when it hit no guard page). */
+ * its stack, though the fault is on no guard page. */
 #define HUGE_FRAME (200 * 1024)
 #define BELOW HUGE_FRAME /* more than the frame reaches below the guard page */
 
@@ -315,4 +314,46 @@ TEST(huge_frame_overflow_names_the_task_that_made_it)
 		test_skip("%s", err);
 	CHECK(st < 0); /* killed by a signal */
 	CHECK(strstr(err, "weft: task ") && strstr(err, "(huge) overflowed its "));
+}
+
+/* A task that writes to another task's guard page, its own stack pointer in place, is named as
+ * touching it: a wild pointer, not the other task's overflow. */
+static weft_task *victim;
+
+__attribute__((no_sanitize_address)) static void wild(void *arg)
+{
+	(void)arg;
+	uint32_t gen;
+	weft_task *v = task_record(victim, &gen);
+	if (!v->stk.guarded) {
+		fprintf(stderr, "the victim's stack has no guard page\n");
+		_exit(TEST_SKIPPED);
+	}
+	volatile char *guard = (char *)v->stk.lo - sysconf(_SC_PAGESIZE);
+	guard[100] = 1;
+}
+
+static int writes_wildly(void *arg)
+{
+	(void)arg;
+	victim = weft_spawn_opt(park_forever, NULL, &(weft_spawn_opts){ .name = "victim" });
+	weft_join(weft_spawn_opt(wild, NULL, &(weft_spawn_opts){ .name = "wild" }));
+	return 0;
+}
+
+TEST(child_wild_pointer)
+{
+	weft_run(writes_wildly, NULL);
+}
+
+TEST(a_wild_write_to_a_guard_page_names_the_writer)
+{
+	char cmd[512], err[4096];
+	snprintf(cmd, sizeof cmd, "%s child_wild_pointer", test_argv0);
+	int st = test_spawn(cmd, err, sizeof err);
+	if (st == TEST_SKIPPED)
+		test_skip("%s", err);
+	CHECK(st < 0);
+	CHECK(strstr(err, "weft: task ") && strstr(err, "(wild) touched the guard page below task ") &&
+	      strstr(err, "(victim)'s stack"));
 }
