@@ -14,7 +14,10 @@
  * store group (persist_group_begin): a crash keeps both or neither.
  *
  * While the store cannot write (store_failed), persistent sessions are refused at CONNECT
- * (persist_ok); the store retries its writes and recovers by itself when it can.
+ * (persist_ok); the store retries its writes and recovers by itself when it can - unless the
+ * failure lasted while 64 Ki writes piled up: then it refuses writes (store.h) and stays
+ * failed until a restart. No store call waits, so they are made under sessions' locks and the
+ * session table's, and the rest of the broker serves on whatever the disk does.
  *
  * What is stored: persistent sessions (3.1.1 without clean session, 5.0 with an expiry
  * interval), their subscriptions, the QoS 1/2 messages queued or inflight for them (with the
@@ -121,7 +124,8 @@ static msg *from_store(const store_msg *m)
 static int64_t ticket(conn *by, int64_t t)
 {
 	if (t < 0) {
-		fprintf(stderr, "weft-mqtt: persistence: %s\n", strerror((int)-t));
+		if (t != -EIO) /* refused by a failed store, which said why, once */
+			fprintf(stderr, "weft-mqtt: persistence: %s\n", strerror((int)-t));
 		if (by)
 			by->ticket = -1; /* the batch's acknowledgements are not sent */
 		return t;
@@ -285,6 +289,16 @@ void persist_close(void)
 {
 	if (!st)
 		return;
+	/* A connection that did not end may still write, or be in store_wait: the store stays
+	 * open under it, and the exit leaves the database as a crash would (everything
+	 * acknowledged is durable already). Rejected: closing it anyway, which freed the store
+	 * under those tasks. */
+	long left = conns_count();
+	if (left) {
+		fprintf(stderr, "weft-mqtt: persistence: %ld connections did not end: the store is "
+				"left as it is\n", left);
+		return;
+	}
 	persist_on = false;
 	if (store_close(st) < 0)
 		fprintf(stderr, "weft-mqtt: persistence: %s\n", store_error(st));

@@ -40,9 +40,11 @@ $(B)/tests/mqtt_tls: apps/mqtt/tests/tls_test.c $(PROD2_DIR)/tls.o tests/test.c 
 		$(B)/libweft.a | $(B)/tests
 	$(CC) $(CFLAGS) -Itests -iquote apps/mqtt $(LDFLAGS) -o $@ $< tests/test.c \
 		$(PROD2_DIR)/tls.o $(B)/libweft.a $(PROD2_TLS_LIBS) $(LDLIBS)
-$(B)/tests/mqtt_store: apps/mqtt/tests/store_test.c $(PROD2_STORE) tests/test.c \
-		tests/test.h $(B)/libweft.a | $(B)/tests
-	$(CC) $(CFLAGS) -Itests -iquote apps/mqtt $(LDFLAGS) -o $@ $< tests/test.c \
+# its tests are in two files (store_fail_test.c: a store that cannot write)
+MQTT_STORE_TESTS := apps/mqtt/tests/store_test.c apps/mqtt/tests/store_fail_test.c
+$(B)/tests/mqtt_store: $(MQTT_STORE_TESTS) apps/mqtt/tests/store_test.h $(PROD2_STORE) \
+		tests/test.c tests/test.h $(B)/libweft.a | $(B)/tests
+	$(CC) $(CFLAGS) -Itests -iquote apps/mqtt $(LDFLAGS) -o $@ $(MQTT_STORE_TESTS) tests/test.c \
 		$(PROD2_STORE) $(B)/libweft.a $(PROD2_STORE_LIBS) $(LDLIBS)
 $(B)/bench/mqtt-store: bench/mqtt-store.c bench/bench.h $(PROD2_STORE) $(B)/libweft.a \
 		| $(B)/bench

@@ -33,7 +33,9 @@
  * agree again once the store recovers, and a crash at any moment leaves a state the broker
  * had. (Dropping the writes made during a failure was rejected for that reason: an
  * acknowledgement or a QoS 2 state change lost from the middle would come back after the next
- * restart.) While failed, writes still queue: 64 Ki behind, the writing tasks wait.
+ * restart.) While failed, writes still queue, up to 64 Ki: then the next is refused, and the
+ * store is lost until it is opened again (store_queue.c says why): the writer commits
+ * nothing more.
  *
  * Groups. Writes between store_group_begin and store_group_end are one unit: the writer never
  * commits inside a group (when max_batch is reached in one, it goes on to the group's end), so
@@ -189,7 +191,7 @@ const char *store_error(store *st)
 
 bool store_failed(store *st)
 {
-	return atomic_load(&st->failed);
+	return atomic_load(&st->failed) || atomic_load(&st->lost);
 }
 
 /* ---- applying writes (writer thread) ----------------------------------------------------- */
@@ -406,6 +408,8 @@ static int transact(store *st, txn *t)
 				break;
 			else
 				r = weft_chan_poll(st->ch, &o, sizeof o);
+			if (r < 0 && group)
+				goto cut; /* closed inside a group (its task did not end it) */
 			if (r < 0)
 				break;
 			txn_add(t, o);
@@ -419,6 +423,8 @@ static int transact(store *st, txn *t)
 	if (st->o.commit_delay_ms)
 		nanosleep(&(struct timespec){ st->o.commit_delay_ms / 1000,
 					      st->o.commit_delay_ms % 1000 * 1000000L }, NULL);
+	if (atomic_load(&st->lost))
+		goto cut; /* a write was refused: nothing after it, nor the group it cut, may go */
 	what = "commit";
 	if (run(stmt(st, S_commit)))
 		goto failed;
@@ -430,12 +436,13 @@ static int transact(store *st, txn *t)
 	int was_failed = atomic_exchange(&st->failed, 0);
 	weft_cond_broadcast(&st->dcond);
 	weft_mutex_unlock(&st->dlock);
-	if (was_failed)
+	if (was_failed && !atomic_load(&st->lost))
 		fprintf(stderr, "weft-mqtt: store recovered, writes are durable again: %s\n",
 			st->path);
 	return 0;
 failed:
 	fail(st, what);
+cut:
 	run(stmt(st, S_rollback));
 	return -1;
 }
@@ -460,10 +467,13 @@ void *store_writer_main(void *arg)
 			backoff_ms = 0;
 			continue;
 		}
-		if (atomic_load(&st->closed))
-			break; /* closing while failed: what is left was never reported durable */
+		/* closing while failed, or lost: what is left was never reported durable */
+		if (atomic_load(&st->closed) || atomic_load(&st->lost))
+			break;
 		backoff_ms = backoff_ms ? (backoff_ms < 500 ? 2 * backoff_ms : 1000) : 10;
-		nanosleep(&(struct timespec){ backoff_ms / 1000, backoff_ms % 1000 * 1000000L }, NULL);
+		for (long ms = 0; ms < backoff_ms && !atomic_load(&st->closed) &&
+				  !atomic_load(&st->lost); ms += 10) /* a close ends the pause */
+			nanosleep(&(struct timespec){ 0, 10000000L }, NULL);
 	}
 	for (int i = 0; i < t.n; i++)
 		free(t.v[i]);
@@ -632,7 +642,7 @@ store *store_open(const char *dir, const store_opts *o, char *err, size_t cap)
 	weft_mutex_init(&st->dlock);
 	weft_mutex_init(&st->glock);
 	weft_cond_init(&st->dcond);
-	st->ch = weft_chan_new(CHAN_CAP, sizeof(op *));
+	st->ch = weft_chan_new(WEFT_UNBOUNDED, sizeof(op *)); /* store_queue.c: what bounds it */
 	if (!st->ch) {
 		snprintf(err, cap, "out of memory");
 		close_db(st);
@@ -653,8 +663,18 @@ int store_close(store *st)
 	weft_chan_close(st->ch); /* the writer commits what is queued, then ends */
 	if (st->started)
 		pthread_join(st->writer, NULL);
+	/* a task in store_wait now has its answer (durable, -EIO, or -EPIPE): st goes once the
+	 * last has left */
+	weft_mutex_lock(&st->dlock);
+	st->closing = true;
+	weft_cond_broadcast(&st->dcond);
+	while (st->waiters)
+		weft_cond_wait(&st->dcond, &st->dlock);
+	weft_mutex_unlock(&st->dlock);
+	for (op *o; weft_chan_poll(st->ch, &o, sizeof o) >= 0;) /* after a writer that gave up */
+		free(o);
 	weft_chan_free(st->ch);
-	int failed = atomic_load(&st->failed);
+	int failed = store_failed(st);
 	if (!failed) /* fold the log into the database: the next open reads less */
 		sqlite3_exec(st->db, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL);
 	close_db(st);

@@ -2,6 +2,31 @@
  * store_queue.c - the store's side that the broker's tasks run: a write copied into an `op`,
  * given its ticket and handed to the writer thread (store.c) through a channel, and the wait
  * for its durability. See store.c for the whole design.
+ *
+ * A write call never waits. The broker writes under its locks - a session's while it queues a
+ * delivery, the session table's while the reaper drops a will - so a call that waited for the
+ * writer to make room would stall every task that needs one of those locks, and through the
+ * table's lock every CONNECT, for as long as the disk stays full. So the channel is unbounded,
+ * and what bounds it is this:
+ *
+ * - While the store works, every connection waits at the end of its batch of packets for the
+ *   writes it made (persist_wait): what the broker's clients can put ahead of the writer is a
+ *   batch per connection.
+ * - While it is failed, those waits return at once (-EIO), and a client that reconnects and
+ *   resends can queue writes without end. Once QUEUE_MAX writes wait, the next write is
+ *   refused at once (-EIO), and so is every later one: the store is *lost*. Lost is for good,
+ *   until the store is opened again: a write refused leaves a hole, and committing anything
+ *   after it would put a state on disk the broker never had (an acknowledgement kept without
+ *   the delivery before it, half a group). So the writer commits nothing any more (store.c),
+ *   store_failed stays true (the broker refuses persistent sessions), and a restart loads the
+ *   last state that was durable - which holds everything the broker acknowledged, since no
+ *   wait returned 0 past it.
+ *
+ * Rejected: waiting for room, as before (the stall above); dropping the refused write and
+ * going on (the hole); a queue bounded by memory with no end while failed (a disk full for an
+ * hour takes the broker's memory); rewriting the broker's whole state once the store
+ * recovers, which would let a lost store come back without a restart (every session's lock in
+ * turn, for a snapshot that must be consistent with writes still coming: not done).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -69,9 +94,31 @@ typedef struct enq_ids {
 } enq_ids;
 
 /*
- * Hand o to the writer: its ticket, or -errno (o freed). For an enqueue, the row id and (for a
- * message not stored yet) the message id are handed out here too, and a shared message whose
- * id another task set meanwhile is only referred to (OP_ENQ becomes OP_ENQ_MID).
+ * Whether o must be refused: the store is lost, or becomes lost with o (failed, and QUEUE_MAX
+ * writes not durable). A group's end never is - the writer, inside the group, waits for it -
+ * and the group it ends is not committed. qlock held.
+ */
+static bool refused(store *st, const op *o)
+{
+	if (o->kind == OP_GROUP_END)
+		return false;
+	if (atomic_load(&st->lost))
+		return true;
+	int64_t behind = st->next_ticket - atomic_load(&st->durable);
+	if (!atomic_load(&st->failed) || behind < QUEUE_MAX)
+		return false;
+	atomic_store(&st->lost, true);
+	fprintf(stderr, "weft-mqtt: store: %lld writes wait and it still cannot write: writes are "
+			"refused from now on, and nothing more is made durable until a restart: %s\n",
+		(long long)behind, st->path);
+	return true;
+}
+
+/*
+ * Hand o to the writer: its ticket, or -errno (o freed): -EIO when refused. For an enqueue,
+ * the row id and (for a message not stored yet) the message id are handed out here too, and a
+ * shared message whose id another task set meanwhile is only referred to (OP_ENQ becomes
+ * OP_ENQ_MID). Never waits but for qlock, which nobody holds across a wait.
  */
 static int64_t submit(store *st, op *o, const enq_ids *e)
 {
@@ -82,7 +129,9 @@ static int64_t submit(store *st, op *o, const enq_ids *e)
 	weft_mutex_lock(&st->qlock);
 	if (!st->closed && !st->started) /* see start_writer */
 		t = start_writer(st);
-	if (!st->closed && t != -EAGAIN) {
+	if (!st->closed && t != -EAGAIN && refused(st, o)) {
+		t = -EIO;
+	} else if (!st->closed && t != -EAGAIN) {
 		o->ticket = st->next_ticket + 1;
 		if (e) {
 			o->seq = st->next_seq + 1;
@@ -91,7 +140,7 @@ static int64_t submit(store *st, op *o, const enq_ids *e)
 			if (o->kind == OP_ENQ)
 				o->mid = mid = st->next_mid + 1;
 		}
-		int r = weft_chan_put(st->ch, &o, sizeof o); /* waits only when 64 Ki behind */
+		int r = weft_chan_offer(st->ch, &o, sizeof o); /* unbounded: no wait */
 		if (r == 0) { /* o is the writer's now (and may be freed) */
 			t = ++st->next_ticket;
 			atomic_store(&st->issued, t);
@@ -297,12 +346,17 @@ int store_wait(store *st, int64_t ticket, int64_t deadline)
 		return 0;
 	int r = 0;
 	weft_mutex_lock(&st->dlock);
+	st->waiters++;
 	while (atomic_load(&st->durable) < ticket && r == 0) {
-		if (atomic_load(&st->failed))
+		if (atomic_load(&st->failed) || atomic_load(&st->lost))
 			r = -EIO;
+		else if (st->closing)
+			r = -EPIPE;
 		else
 			r = weft_cond_wait_until(&st->dcond, &st->dlock, deadline);
 	}
+	if (--st->waiters == 0 && st->closing) /* store_close waits for the last to leave */
+		weft_cond_broadcast(&st->dcond);
 	weft_mutex_unlock(&st->dlock);
 	return atomic_load(&st->durable) >= ticket ? 0 : r;
 }

@@ -18,7 +18,9 @@
 
 #include "store.h"
 
-#define CHAN_CAP 65536
+/* Writes not yet durable beyond which, while the store is failed, the next write is refused
+ * (store_queue.c, submit). */
+#define QUEUE_MAX 65536
 #define STORE_NSTMT 24 /* store.c's prepared statements (it checks the count) */
 
 enum {
@@ -52,7 +54,7 @@ struct store {
 	store_opts o;
 	char path[4096];
 	/* submitting */
-	weft_chan *ch;            /* op pointers, in ticket order */
+	weft_chan *ch;            /* op pointers, in ticket order (unbounded: a write never waits) */
 	weft_mutex qlock;         /* ticket, mid and send together */
 	int64_t next_ticket;
 	uint64_t next_mid, next_seq;
@@ -61,6 +63,8 @@ struct store {
 	weft_mutex glock;         /* held from store_group_begin to store_group_end */
 	struct op *gend;          /* the open group's end, made at its begin (cannot fail then) */
 	_Atomic int64_t issued;   /* the last ticket handed out */
+	atomic_bool lost;         /* a write was refused (set under qlock): nothing is committed
+				   * any more, and every write but a group's end is refused */
 	/* the writer thread */
 	pthread_t writer;
 	/* completion */
@@ -68,6 +72,8 @@ struct store {
 	atomic_int failed;
 	weft_mutex dlock;
 	weft_cond dcond;
+	int waiters;              /* tasks and threads in store_wait (dlock) */
+	bool closing;             /* store_close wakes them all and waits for them to leave (dlock) */
 	char err[4800];           /* why it first failed (set once, before `failed`: read
 				   * without a lock while failed) */
 	char load_err[4800];      /* why store_load failed */
