@@ -56,6 +56,44 @@
 
 bool persist_on;
 
+/* ---- acknowledgements held until durable (conn.c's PUBLISH and PUBREL) ----------------- */
+
+static void send_ack(conn *c, int type, uint16_t pid, int rc)
+{
+	uint8_t b[8];
+	session_send(c->s, b, mq_enc_ack(b, c->version, type, pid, rc, NULL), c);
+}
+
+/* A PUBLISH's acknowledgement. With persistence on it waits in c->acks for the end of the
+ * batch, when what the batch wrote to the store is durable; in order, since MQTT wants
+ * PUBACKs in the order of their PUBLISHes. */
+typedef struct held_ack {
+	uint8_t type, rc;
+	uint16_t pid;
+} held_ack;
+
+void ack_pub(conn *c, int type, uint16_t pid, int rc)
+{
+	if (!persist_on) {
+		send_ack(c, type, pid, rc);
+		return;
+	}
+	held_ack *v = route_grow(&c->acks, sizeof *v, c->acks.n + 1);
+	v[c->acks.n++] = (held_ack){ (uint8_t)type, (uint8_t)rc, pid };
+}
+
+/* End of a batch with persistence on: wait for the store, then acknowledge. -1 when the
+ * store failed: nothing is acknowledged (the client will send the messages again). */
+int acks_release(conn *c)
+{
+	int r = persist_wait(c);
+	held_ack *v = c->acks.v;
+	for (uint32_t i = 0; r == 0 && i < c->acks.n; i++)
+		send_ack(c, v[i].type, v[i].pid, v[i].rc);
+	c->acks.n = 0;
+	return r < 0 ? -1 : 0;
+}
+
 #ifndef MQTT_NO_STORE
 #include "store.h"
 
