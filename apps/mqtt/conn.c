@@ -525,8 +525,8 @@ static int on_publish(conn *c, mq_packet *pk)
 			free(mapped);
 			return -MQ_RC_RECEIVE_MAX_EXCEEDED;
 		}
-		if (r == 1) { /* a resend of one we have: acknowledge, do not deliver again */
-			ack_pub(c, MQ_PUBREC, pk->packet_id, 0);
+		if (r == 1) { /* a resend: acknowledged once durable, not delivered again */
+			ack_earlier(c, MQ_PUBREC, pk->packet_id, 0);
 			free(mapped);
 			return 0;
 		}
@@ -677,12 +677,12 @@ static int handle(conn *c, const uint8_t *p, size_t n, bool *will)
 		session_pubrec(c->s, pk.packet_id, pk.reason, c);
 		return 0;
 	case MQ_PUBREL: {
-		/* PUBCOMP once the id is forgotten on disk too: the client may reuse it at once,
-		 * and a stale id restored after a crash would swallow its next message */
+		/* PUBCOMP once the id is forgotten on disk too (an unknown one by an earlier write,
+		 * maybe): the client may reuse it, and a stale id would swallow its next message */
 		bool had = session_rel_del(c->s, pk.packet_id);
 		if (had)
 			persist_rel(c->s, pk.packet_id, false, c);
-		ack_pub(c, MQ_PUBCOMP, pk.packet_id, had ? 0 : MQ_RC_PACKET_ID_NOT_FOUND);
+		ack_earlier(c, MQ_PUBCOMP, pk.packet_id, had ? 0 : MQ_RC_PACKET_ID_NOT_FOUND);
 		return 0;
 	}
 	case MQ_PUBCOMP:

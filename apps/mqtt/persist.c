@@ -474,6 +474,16 @@ bool persist_ok(void)
 	return !persist_on || !store_failed(st);
 }
 
+/* The write that stored the id (a resend) or forgot it (a PUBREL for an id not known) was made
+ * by an earlier batch, perhaps of an earlier connection of the session: every write made so
+ * far covers it, whichever task made it. A session not stored keeps no id on disk. */
+void ack_earlier(conn *c, int type, uint16_t pid, int rc)
+{
+	if (persist_on && c->s->stored)
+		ticket(c, store_issued(st));
+	ack_pub(c, type, pid, rc);
+}
+
 bool persist_durable(int64_t t)
 {
 	return t <= 0 || (t != INT64_MAX && store_durable(st) >= t);
@@ -523,6 +533,7 @@ int64_t persist_inflight(session *s, dlv *d) { return (void)s, (void)d, 0; }
 bool persist_group_begin(session *s) { return (void)s, false; }
 void persist_group_end(void) {}
 bool persist_ok(void) { return true; }
+void ack_earlier(conn *c, int type, uint16_t pid, int rc) { ack_pub(c, type, pid, rc); }
 bool persist_durable(int64_t t) { return (void)t, true; }
 int persist_wait_ticket(int64_t t, int64_t deadline) { return (void)t, (void)deadline, 0; }
 void persist_ack(session *s, uint16_t pid) { (void)s, (void)pid; }

@@ -203,6 +203,8 @@ int64_t store_group_end(store *st);
 int store_wait(store *st, int64_t ticket, int64_t deadline);
 /* The highest ticket known durable (a snapshot, never waits). */
 int64_t store_durable(store *st);
+/* The last ticket handed out: waiting for it waits for every write made so far. */
+int64_t store_issued(store *st);
 
 /* Counters since store_open: writes applied and transactions committed (each one fsync). */
 typedef struct store_stats {

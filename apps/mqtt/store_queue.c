@@ -338,6 +338,11 @@ int64_t store_durable(store *st)
 	return atomic_load(&st->durable);
 }
 
+int64_t store_issued(store *st)
+{
+	return atomic_load(&st->issued);
+}
+
 int store_wait(store *st, int64_t ticket, int64_t deadline)
 {
 	if (ticket <= 0 || ticket > atomic_load(&st->issued))

@@ -31,6 +31,11 @@
  * sessions match, clean clients connect, subscribe, round-trip a QoS 1 message and ping, all
  * without a stall; persistent sessions are refused; SIGTERM ends the broker with status 0 at
  * once; and after a restart every message acknowledged before the failure is there.
+ *
+ * qos2_acks_wait_for_earlier_writes: the PUBREC of a QoS 2 PUBLISH resent on a new
+ * connection, and the PUBCOMP of a PUBREL for an id the old connection's PUBREL forgot, while
+ * the old connection's write is not durable (a slow disk, the old connection cut short so it
+ * did not wait for it), then kill -9: the message is there once, and the id is free.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -837,5 +842,147 @@ TEST(long_store_failure_keeps_the_rest_serving)
 		CHECK_EQ(write(s, b, n), (long long)n);
 	}
 	close(s);
+	stop_broker();
+}
+
+/* ---- acknowledgements that vouch for an earlier connection's write ------------------------ */
+
+static void send_pkt(int s, const uint8_t *b, size_t n)
+{
+	CHECK_EQ(write(s, b, n), (long long)n);
+}
+
+static void publish2(int s, uint16_t pid, int dup, const char *payload)
+{
+	uint8_t b[128];
+	mq_pub_enc e = { 4, 2, dup, 0, pid, "ea/t", 4, NULL, 0, payload,
+			 (uint32_t)strlen(payload), NULL, 0 };
+	send_pkt(s, b, mq_enc_publish(b, &e));
+}
+
+static void ack4(int s, int type, uint16_t pid)
+{
+	uint8_t b[8];
+	send_pkt(s, b, mq_enc_ack(b, 4, type, pid, 0, NULL));
+}
+
+/* The next packet on s, which must be of type `type` for packet id pid. */
+static void expect_ack(int s, int type, uint16_t pid)
+{
+	uint8_t b[64];
+	mq_packet pk;
+	int len = next_packet(s, b, sizeof b);
+	CHECK(len > 0);
+	CHECK_EQ(mq_decode(b, (size_t)len, 4, &pk), 0);
+	CHECK_EQ(pk.type, type);
+	CHECK_EQ(pk.packet_id, pid);
+}
+
+/* The QoS 2 subscriber back on its session: the payloads it gets in 2 s (each flow completed,
+ * a message counted when its PUBLISH first comes), in got (a line each). */
+static void collect(char *got, size_t cap)
+{
+	int s;
+	CHECK_EQ(connack(4, "ea-sub", 0, 0, &s), 0);
+	struct timeval tv = { 2, 0 };
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	static bool held_id[65536];
+	memset(held_id, 0, sizeof held_id);
+	got[0] = 0;
+	uint8_t b[256];
+	int len;
+	while ((len = next_packet(s, b, sizeof b)) > 0) {
+		mq_packet pk;
+		CHECK_EQ(mq_decode(b, (size_t)len, 4, &pk), 0);
+		if (pk.type == MQ_PUBLISH) {
+			if (!held_id[pk.packet_id]) {
+				held_id[pk.packet_id] = true;
+				size_t n = strlen(got);
+				snprintf(got + n, cap - n, "%.*s\n", (int)pk.publish.payload.len,
+					 (const char *)pk.publish.payload.p);
+			}
+			ack4(s, MQ_PUBREC, pk.packet_id);
+		} else {
+			CHECK_EQ(pk.type, MQ_PUBREL);
+			held_id[pk.packet_id] = false;
+			ack4(s, MQ_PUBCOMP, pk.packet_id);
+		}
+	}
+	close(s);
+}
+
+/* A packet after which the broker ends the connection at once (a second CONNECT): sent in
+ * the same write as the one before it, the connection's batch ends in an error, and the
+ * connection without waiting for that batch's writes. */
+static void cut(int s)
+{
+	uint8_t b[64];
+	send_pkt(s, b, connect_packet(b, 4, "ea-pub", 0, 0));
+}
+
+/*
+ * A PUBREC for a QoS 2 PUBLISH resent on a new connection while the first copy's write (made
+ * by the old connection) is not durable yet, and a PUBCOMP for a PUBREL whose id the old
+ * connection's PUBREL forgot, by a write not durable yet: each must go out only once that
+ * write is durable, so that a kill -9 right after it loses and duplicates nothing. Every write
+ * takes 300 ms to become durable (WEFT_MQTT_STORE_COMMIT_DELAY_MS), and the old connection
+ * ends in a protocol error right after the packet (cut), so it does not wait for the write.
+ */
+TEST(qos2_acks_wait_for_earlier_writes)
+{
+	test_skip_emulated();
+	setenv("WEFT_MQTT_STORE_COMMIT_DELAY_MS", "300", 1); /* the broker inherits it */
+	start_broker(0);
+	int s, p;
+	uint8_t b[64];
+	CHECK_EQ(connack(4, "ea-sub", 0, 0, &s), 0); /* offline: its messages are stored */
+	send_pkt(s, b, mq_enc_subscribe(b, 4, 1, "ea/#", 2, NULL));
+	CHECK(next_packet(s, b, sizeof b) > 0 && b[0] == 0x90);
+	close(s);
+	/* the resend: the first connection goes before its PUBREC */
+	CHECK_EQ(connack(4, "ea-pub", 0, 0, &p), 0);
+	publish2(p, 9, 0, "first");
+	cut(p);
+	close(p);
+	CHECK_EQ(connack(4, "ea-pub", 0, 0, &p), 0);
+	publish2(p, 9, 1, "first");
+	expect_ack(p, MQ_PUBREC, 9);
+	kill_broker();
+	close(p);
+	start_broker(0);
+	char got[256];
+	collect(got, sizeof got);
+	if (strcmp(got, "first\n")) {
+		fprintf(stderr, "after a PUBREC of a resend and kill -9 the subscriber got:\n%s", got);
+		CHECK(!"not the message once");
+	}
+	CHECK_EQ(connack(4, "ea-pub", 0, 0, &p), 0); /* finish its flow */
+	ack4(p, MQ_PUBREL, 9);
+	expect_ack(p, MQ_PUBCOMP, 9);
+	/* the PUBREL: the first connection goes before its PUBCOMP */
+	publish2(p, 10, 0, "second");
+	expect_ack(p, MQ_PUBREC, 10);
+	ack4(p, MQ_PUBREL, 10);
+	cut(p);
+	close(p);
+	CHECK_EQ(connack(4, "ea-pub", 0, 0, &p), 0);
+	ack4(p, MQ_PUBREL, 10);
+	expect_ack(p, MQ_PUBCOMP, 10);
+	kill_broker();
+	close(p);
+	start_broker(0);
+	/* with its PUBCOMP the client may use id 10 again: a new message, to be delivered */
+	CHECK_EQ(connack(4, "ea-pub", 0, 0, &p), 0);
+	publish2(p, 10, 0, "third");
+	expect_ack(p, MQ_PUBREC, 10);
+	ack4(p, MQ_PUBREL, 10);
+	expect_ack(p, MQ_PUBCOMP, 10);
+	close(p);
+	collect(got, sizeof got);
+	if (strcmp(got, "second\nthird\n")) {
+		fprintf(stderr, "after a PUBCOMP of a PUBREL for a forgotten id and kill -9 the "
+				"subscriber got:\n%s", got);
+		CHECK(!"not each message once");
+	}
 	stop_broker();
 }
