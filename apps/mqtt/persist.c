@@ -338,8 +338,11 @@ void persist_close(void)
 		return;
 	}
 	persist_on = false;
+	char why[512]; /* store_close frees st: why it failed is read before */
+	snprintf(why, sizeof why, "%s", store_error(st));
 	if (store_close(st) < 0)
-		fprintf(stderr, "weft-mqtt: persistence: %s\n", store_error(st));
+		fprintf(stderr, "weft-mqtt: persistence: the last writes are not durable%s%s\n",
+			why[0] ? ": " : "", why);
 	st = NULL;
 }
 

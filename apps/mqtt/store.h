@@ -69,7 +69,8 @@ store *store_open(const char *dir, const store_opts *o, char *err, size_t cap);
 
 /*
  * Make every write made so far durable, stop the writer and close. Returns 0, or -EIO when the
- * store was failed (store_error says why; the writes it could not make are not on disk). A
+ * store was failed (the writes it could not make are not on disk; store_error, asked before,
+ * says why). A
  * task or thread in store_wait meanwhile gets its answer (0, -EIO, or -EPIPE) and st is freed
  * only once it has left; no write call may be made during or after store_close.
  */
