@@ -427,6 +427,15 @@ bool persist_group_begin(session *s);
 void persist_group_end(void);
 /* Whether a persistent session can be taken now: persistence off, or the store can write. */
 bool persist_ok(void);
+/* A PUBACK, PUBREC or PUBCOMP of c's: sent at once with persistence off, else held until the
+ * end of the batch; then acks_release waits for the batch's writes and sends them in order
+ * (0), or, the store failed, sends none (-1). */
+void ack_pub(struct conn *c, int type, uint16_t pid, int rc);
+int acks_release(struct conn *c);
+/* ack_pub for a PUBREC of a resent QoS 2 PUBLISH, or a PUBCOMP of a PUBREL for an id not
+ * known: what it vouches for was written by an earlier batch, so it waits for every write
+ * made so far, not only its own batch's. */
+void ack_earlier(struct conn *c, int type, uint16_t pid, int rc);
 
 /* ---- connections (conn.c) ------------------------------------------------------------------ */
 

@@ -11,8 +11,8 @@
 MQTT_SRC := $(addprefix apps/mqtt/,codec.c encode.c config.c conn.c epoch.c msg.c pool.c \
 	session.c delivery.c writer.c retained.c deadline.c stats.c topic.c access.c acl.c persist.c metrics.c \
 	bridge.c ratelimit.c pace.c)
-MQTT_HDR := $(addprefix apps/mqtt/,broker.h codec.h acl.h auth.h ws.h tls.h store.h bridge.h \
-	ratelimit.h) include/weft.h
+MQTT_HDR := $(addprefix apps/mqtt/,broker.h codec.h acl.h auth.h ws.h tls.h store.h store_queue.h \
+	bridge.h ratelimit.h) include/weft.h
 MQTT_LIBS :=
 MQTT_CFLAGS :=
 # password_file (PBKDF2-SHA512), WebSockets (SHA-1 of the upgrade key) and TLS listeners need
@@ -30,7 +30,7 @@ endif
 # persistence needs SQLite (Debian libsqlite3-dev); without it persist.c refuses
 # `persistence true` at start.
 ifneq ($(if $(filter aarch64,$(ARCH)),,$(wildcard /usr/include/sqlite3.h)),)
-MQTT_SRC += apps/mqtt/store.c
+MQTT_SRC += apps/mqtt/store.c apps/mqtt/store_queue.c
 MQTT_LIBS += -lsqlite3
 else
 MQTT_CFLAGS += -DMQTT_NO_STORE

@@ -186,42 +186,6 @@ static void ws_send_reply(conn *c)
 	}
 }
 
-static void send_ack(conn *c, int type, uint16_t pid, int rc)
-{
-	uint8_t b[8];
-	send_pkt(c, b, mq_enc_ack(b, c->version, type, pid, rc, NULL));
-}
-
-/* A PUBLISH's acknowledgement. With persistence on it waits in c->acks for the end of the
- * batch, when what the batch wrote to the store is durable (persist.c); in order, since MQTT
- * wants PUBACKs in the order of their PUBLISHes. */
-typedef struct held_ack {
-	uint8_t type, rc;
-	uint16_t pid;
-} held_ack;
-
-static void ack_pub(conn *c, int type, uint16_t pid, int rc)
-{
-	if (!persist_on) {
-		send_ack(c, type, pid, rc);
-		return;
-	}
-	held_ack *v = route_grow(&c->acks, sizeof *v, c->acks.n + 1);
-	v[c->acks.n++] = (held_ack){ (uint8_t)type, (uint8_t)rc, pid };
-}
-
-/* End of a batch with persistence on: wait for the store, then acknowledge. -1 when the
- * store failed: nothing is acknowledged (the client will send the messages again). */
-static int acks_release(conn *c)
-{
-	int r = persist_wait(c);
-	held_ack *v = c->acks.v;
-	for (uint32_t i = 0; r == 0 && i < c->acks.n; i++)
-		send_ack(c, v[i].type, v[i].pid, v[i].rc);
-	c->acks.n = 0;
-	return r < 0 ? -1 : 0;
-}
-
 /* A CONNACK refusing the connection (before any session). */
 static void refuse(conn *c, int version, int rc5, int rc3)
 {
@@ -563,8 +527,8 @@ static int on_publish(conn *c, mq_packet *pk)
 			free(mapped);
 			return -MQ_RC_RECEIVE_MAX_EXCEEDED;
 		}
-		if (r == 1) { /* a resend of one we have: acknowledge, do not deliver again */
-			ack_pub(c, MQ_PUBREC, pk->packet_id, 0);
+		if (r == 1) { /* a resend: acknowledged once durable, not delivered again */
+			ack_earlier(c, MQ_PUBREC, pk->packet_id, 0);
 			free(mapped);
 			return 0;
 		}
@@ -715,12 +679,12 @@ static int handle(conn *c, const uint8_t *p, size_t n, bool *will)
 		session_pubrec(c->s, pk.packet_id, pk.reason, c);
 		return 0;
 	case MQ_PUBREL: {
-		/* PUBCOMP once the id is forgotten on disk too: the client may reuse it at once,
-		 * and a stale id restored after a crash would swallow its next message */
+		/* PUBCOMP once the id is forgotten on disk too (an unknown one by an earlier write,
+		 * maybe): the client may reuse it, and a stale id would swallow its next message */
 		bool had = session_rel_del(c->s, pk.packet_id);
 		if (had)
 			persist_rel(c->s, pk.packet_id, false, c);
-		ack_pub(c, MQ_PUBCOMP, pk.packet_id, had ? 0 : MQ_RC_PACKET_ID_NOT_FOUND);
+		ack_earlier(c, MQ_PUBCOMP, pk.packet_id, had ? 0 : MQ_RC_PACKET_ID_NOT_FOUND);
 		return 0;
 	}
 	case MQ_PUBCOMP:

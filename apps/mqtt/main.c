@@ -164,7 +164,7 @@ static int broker(void *arg)
 		weft_cancel(st);
 		weft_join(st);
 	}
-	persist_close(); /* every connection has ended: nothing writes to it any more */
+	persist_close(); /* closes the store if every connection has ended */
 	if (conns_count()) { /* a connection would not end: exit without freeing under it */
 		fprintf(stderr, "weft-mqtt: %ld connections did not close\n", conns_count());
 		return 0;

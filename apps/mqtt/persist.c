@@ -14,7 +14,10 @@
  * store group (persist_group_begin): a crash keeps both or neither.
  *
  * While the store cannot write (store_failed), persistent sessions are refused at CONNECT
- * (persist_ok); the store retries its writes and recovers by itself when it can.
+ * (persist_ok); the store retries its writes and recovers by itself when it can - unless the
+ * failure lasted while 64 Ki writes piled up: then it refuses writes (store.h) and stays
+ * failed until a restart. No store call waits, so they are made under sessions' locks and the
+ * session table's, and the rest of the broker serves on whatever the disk does.
  *
  * What is stored: persistent sessions (3.1.1 without clean session, 5.0 with an expiry
  * interval), their subscriptions, the QoS 1/2 messages queued or inflight for them (with the
@@ -52,6 +55,44 @@
 #include "broker.h"
 
 bool persist_on;
+
+/* ---- acknowledgements held until durable (conn.c's PUBLISH and PUBREL) ----------------- */
+
+static void send_ack(conn *c, int type, uint16_t pid, int rc)
+{
+	uint8_t b[8];
+	session_send(c->s, b, mq_enc_ack(b, c->version, type, pid, rc, NULL), c);
+}
+
+/* A PUBLISH's acknowledgement. With persistence on it waits in c->acks for the end of the
+ * batch, when what the batch wrote to the store is durable; in order, since MQTT wants
+ * PUBACKs in the order of their PUBLISHes. */
+typedef struct held_ack {
+	uint8_t type, rc;
+	uint16_t pid;
+} held_ack;
+
+void ack_pub(conn *c, int type, uint16_t pid, int rc)
+{
+	if (!persist_on) {
+		send_ack(c, type, pid, rc);
+		return;
+	}
+	held_ack *v = route_grow(&c->acks, sizeof *v, c->acks.n + 1);
+	v[c->acks.n++] = (held_ack){ (uint8_t)type, (uint8_t)rc, pid };
+}
+
+/* End of a batch with persistence on: wait for the store, then acknowledge. -1 when the
+ * store failed: nothing is acknowledged (the client will send the messages again). */
+int acks_release(conn *c)
+{
+	int r = persist_wait(c);
+	held_ack *v = c->acks.v;
+	for (uint32_t i = 0; r == 0 && i < c->acks.n; i++)
+		send_ack(c, v[i].type, v[i].pid, v[i].rc);
+	c->acks.n = 0;
+	return r < 0 ? -1 : 0;
+}
 
 #ifndef MQTT_NO_STORE
 #include "store.h"
@@ -121,7 +162,8 @@ static msg *from_store(const store_msg *m)
 static int64_t ticket(conn *by, int64_t t)
 {
 	if (t < 0) {
-		fprintf(stderr, "weft-mqtt: persistence: %s\n", strerror((int)-t));
+		if (t != -EIO) /* refused by a failed store, which said why, once */
+			fprintf(stderr, "weft-mqtt: persistence: %s\n", strerror((int)-t));
 		if (by)
 			by->ticket = -1; /* the batch's acknowledgements are not sent */
 		return t;
@@ -285,9 +327,22 @@ void persist_close(void)
 {
 	if (!st)
 		return;
+	/* A connection that did not end may still write, or be in store_wait: the store stays
+	 * open under it, and the exit leaves the database as a crash would (everything
+	 * acknowledged is durable already). Rejected: closing it anyway, which freed the store
+	 * under those tasks. */
+	long left = conns_count();
+	if (left) {
+		fprintf(stderr, "weft-mqtt: persistence: %ld connections did not end: the store is "
+				"left as it is\n", left);
+		return;
+	}
 	persist_on = false;
+	char why[512]; /* store_close frees st: why it failed is read before */
+	snprintf(why, sizeof why, "%s", store_error(st));
 	if (store_close(st) < 0)
-		fprintf(stderr, "weft-mqtt: persistence: %s\n", store_error(st));
+		fprintf(stderr, "weft-mqtt: persistence: the last writes are not durable%s%s\n",
+			why[0] ? ": " : "", why);
 	st = NULL;
 }
 
@@ -422,6 +477,16 @@ bool persist_ok(void)
 	return !persist_on || !store_failed(st);
 }
 
+/* The write that stored the id (a resend) or forgot it (a PUBREL for an id not known) was made
+ * by an earlier batch, perhaps of an earlier connection of the session: every write made so
+ * far covers it, whichever task made it. A session not stored keeps no id on disk. */
+void ack_earlier(conn *c, int type, uint16_t pid, int rc)
+{
+	if (persist_on && c->s->stored)
+		ticket(c, store_issued(st));
+	ack_pub(c, type, pid, rc);
+}
+
 bool persist_durable(int64_t t)
 {
 	return t <= 0 || (t != INT64_MAX && store_durable(st) >= t);
@@ -471,6 +536,7 @@ int64_t persist_inflight(session *s, dlv *d) { return (void)s, (void)d, 0; }
 bool persist_group_begin(session *s) { return (void)s, false; }
 void persist_group_end(void) {}
 bool persist_ok(void) { return true; }
+void ack_earlier(conn *c, int type, uint16_t pid, int rc) { ack_pub(c, type, pid, rc); }
 bool persist_durable(int64_t t) { return (void)t, true; }
 int persist_wait_ticket(int64_t t, int64_t deadline) { return (void)t, (void)deadline, 0; }
 void persist_ack(session *s, uint16_t pid) { (void)s, (void)pid; }

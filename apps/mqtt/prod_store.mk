@@ -32,17 +32,22 @@ $(PROD2_DIR):
 	mkdir -p $@
 $(PROD2_DIR)/%.o: apps/mqtt/%.c apps/mqtt/%.h include/weft.h | $(PROD2_DIR)
 	$(CC) $(CFLAGS) -iquote apps/mqtt -c $< -o $@
+# the store is two files (store.c, the writer and SQLite; store_queue.c, what callers run)
+PROD2_STORE := $(PROD2_DIR)/store.o $(PROD2_DIR)/store_queue.o
+$(PROD2_STORE): apps/mqtt/store.h apps/mqtt/store_queue.h
 
 $(B)/tests/mqtt_tls: apps/mqtt/tests/tls_test.c $(PROD2_DIR)/tls.o tests/test.c tests/test.h \
 		$(B)/libweft.a | $(B)/tests
 	$(CC) $(CFLAGS) -Itests -iquote apps/mqtt $(LDFLAGS) -o $@ $< tests/test.c \
 		$(PROD2_DIR)/tls.o $(B)/libweft.a $(PROD2_TLS_LIBS) $(LDLIBS)
-$(B)/tests/mqtt_store: apps/mqtt/tests/store_test.c $(PROD2_DIR)/store.o tests/test.c \
-		tests/test.h $(B)/libweft.a | $(B)/tests
-	$(CC) $(CFLAGS) -Itests -iquote apps/mqtt $(LDFLAGS) -o $@ $< tests/test.c \
-		$(PROD2_DIR)/store.o $(B)/libweft.a $(PROD2_STORE_LIBS) $(LDLIBS)
-$(B)/bench/mqtt-store: bench/mqtt-store.c bench/bench.h $(PROD2_DIR)/store.o $(B)/libweft.a \
+# its tests are in two files (store_fail_test.c: a store that cannot write)
+MQTT_STORE_TESTS := apps/mqtt/tests/store_test.c apps/mqtt/tests/store_fail_test.c
+$(B)/tests/mqtt_store: $(MQTT_STORE_TESTS) apps/mqtt/tests/store_test.h $(PROD2_STORE) \
+		tests/test.c tests/test.h $(B)/libweft.a | $(B)/tests
+	$(CC) $(CFLAGS) -Itests -iquote apps/mqtt $(LDFLAGS) -o $@ $(MQTT_STORE_TESTS) tests/test.c \
+		$(PROD2_STORE) $(B)/libweft.a $(PROD2_STORE_LIBS) $(LDLIBS)
+$(B)/bench/mqtt-store: bench/mqtt-store.c bench/bench.h $(PROD2_STORE) $(B)/libweft.a \
 		| $(B)/bench
-	$(CC) $(CFLAGS) -Ibench -iquote apps/mqtt $(LDFLAGS) -o $@ $< $(PROD2_DIR)/store.o \
+	$(CC) $(CFLAGS) -Ibench -iquote apps/mqtt $(LDFLAGS) -o $@ $< $(PROD2_STORE) \
 		$(B)/libweft.a $(PROD2_STORE_LIBS) $(LDLIBS)
 endif

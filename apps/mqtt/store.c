@@ -33,7 +33,9 @@
  * agree again once the store recovers, and a crash at any moment leaves a state the broker
  * had. (Dropping the writes made during a failure was rejected for that reason: an
  * acknowledgement or a QoS 2 state change lost from the middle would come back after the next
- * restart.) While failed, writes still queue: 64 Ki behind, the writing tasks wait.
+ * restart.) While failed, writes still queue, up to 64 Ki: then the next is refused, and the
+ * store is lost until it is opened again (store_queue.c says why): the writer commits
+ * nothing more.
  *
  * Groups. Writes between store_group_begin and store_group_end are one unit: the writer never
  * commits inside a group (when max_batch is reached in one, it goes on to the group's end), so
@@ -58,6 +60,10 @@
  * Row ids (queue.seq) and message ids are handed out with the tickets, under qlock, so a
  * caller knows them at once and a write that refers to a message always comes after the one
  * that stored it.
+ *
+ * Files: this one is the writer thread and SQLite (applying, committing, opening, loading);
+ * store_queue.c what callers run (copying a write, its ticket, the hand-over, waiting for it);
+ * store_queue.h what both see.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -73,35 +79,9 @@
 
 #include <weft.h>
 
-#include "store.h"
+#include "store_queue.h"
 
-#define CHAN_CAP 65536
 #define DEFAULT_BATCH 8192
-
-enum {
-	OP_PUT_RET, OP_DEL_RET, OP_PUT_SES, OP_DEL_SES, OP_PUT_SUB, OP_DEL_SUB, OP_ENQ,
-	OP_ENQ_MID, OP_INFLIGHT, OP_ACK, OP_REL_ADD, OP_REL_DEL, OP_RELEASE, OP_PUT_WILL,
-	OP_DEL_WILL, OP_GROUP, OP_GROUP_END
-};
-
-/* One write, with its strings and blobs copied after it. */
-typedef struct op {
-	int kind;
-	int64_t ticket;
-	uint64_t mid, seq;
-	int64_t time, time2;   /* expiry, disconnected_at; a will's due time */
-	uint32_t u32;          /* subid, expiry_interval, will delay */
-	uint16_t id_len, s_len, pid;
-	uint8_t qos, retain, state, opts, version, mqos, nsubid;
-	bool pin;              /* OP_ENQ: a shared message, pinned until OP_RELEASE */
-	bool anon;             /* OP_PUT_SES: owned by anonymous clients (s: the owner's name) */
-	bool owned;            /* OP_PUT_SES: the owner is known */
-	uint32_t subid[4];
-	uint32_t props_len, payload_len;
-	char *id, *s;          /* client id; topic or filter */
-	uint8_t *props, *payload;
-	char data[];
-} op;
 
 /* The prepared statements, by name. */
 #define STATEMENTS(X)                                                                          \
@@ -141,6 +121,7 @@ typedef struct op {
 
 #define X_ENUM(name, sql) S_##name,
 enum { STATEMENTS(X_ENUM) S_COUNT };
+_Static_assert(S_COUNT == STORE_NSTMT, "store_queue.h: STORE_NSTMT");
 #define X_SQL(name, sql) sql,
 static const char *const stmt_sql[] = { STATEMENTS(X_SQL) };
 
@@ -185,35 +166,6 @@ static const char *const schema_v2_to_v3 =
 	"UPDATE meta SET v=3 WHERE k='schema';"
 	"COMMIT;";
 
-struct store {
-	sqlite3 *db;
-	sqlite3_stmt *st[S_COUNT];
-	store_opts o;
-	char path[4096];
-	/* submitting */
-	weft_chan *ch;            /* op pointers, in ticket order */
-	weft_mutex qlock;         /* ticket, mid and send together */
-	int64_t next_ticket;
-	uint64_t next_mid, next_seq;
-	atomic_bool closed;       /* set under qlock; the writer reads it to give up retrying */
-	bool started;             /* the writer thread runs */
-	weft_mutex glock;         /* held from store_group_begin to store_group_end */
-	struct op *gend;          /* the open group's end, made at its begin (cannot fail then) */
-	_Atomic int64_t issued;   /* the last ticket handed out */
-	/* the writer thread */
-	pthread_t writer;
-	/* completion */
-	_Atomic int64_t durable;
-	atomic_int failed;
-	weft_mutex dlock;
-	weft_cond dcond;
-	char err[4800];           /* why it first failed (set once, before `failed`: read
-				   * without a lock while failed) */
-	char load_err[4800];      /* why store_load failed */
-	_Atomic uint64_t writes, commits;
-	_Atomic int64_t commit_ns;
-};
-
 /* ---- errors ------------------------------------------------------------------------------ */
 
 /* A transaction failed: say why (once per failure), wake every waiter. Writer thread. */
@@ -239,7 +191,7 @@ const char *store_error(store *st)
 
 bool store_failed(store *st)
 {
-	return atomic_load(&st->failed);
+	return atomic_load(&st->failed) || atomic_load(&st->lost);
 }
 
 /* ---- applying writes (writer thread) ----------------------------------------------------- */
@@ -456,6 +408,8 @@ static int transact(store *st, txn *t)
 				break;
 			else
 				r = weft_chan_poll(st->ch, &o, sizeof o);
+			if (r < 0 && group)
+				goto cut; /* closed inside a group (its task did not end it) */
 			if (r < 0)
 				break;
 			txn_add(t, o);
@@ -469,6 +423,8 @@ static int transact(store *st, txn *t)
 	if (st->o.commit_delay_ms)
 		nanosleep(&(struct timespec){ st->o.commit_delay_ms / 1000,
 					      st->o.commit_delay_ms % 1000 * 1000000L }, NULL);
+	if (atomic_load(&st->lost))
+		goto cut; /* a write was refused: nothing after it, nor the group it cut, may go */
 	what = "commit";
 	if (run(stmt(st, S_commit)))
 		goto failed;
@@ -480,17 +436,18 @@ static int transact(store *st, txn *t)
 	int was_failed = atomic_exchange(&st->failed, 0);
 	weft_cond_broadcast(&st->dcond);
 	weft_mutex_unlock(&st->dlock);
-	if (was_failed)
+	if (was_failed && !atomic_load(&st->lost))
 		fprintf(stderr, "weft-mqtt: store recovered, writes are durable again: %s\n",
 			st->path);
 	return 0;
 failed:
 	fail(st, what);
+cut:
 	run(stmt(st, S_rollback));
 	return -1;
 }
 
-static void *writer_main(void *arg)
+void *store_writer_main(void *arg)
 {
 	store *st = arg;
 	txn t = { NULL, 0, 0 };
@@ -510,10 +467,13 @@ static void *writer_main(void *arg)
 			backoff_ms = 0;
 			continue;
 		}
-		if (atomic_load(&st->closed))
-			break; /* closing while failed: what is left was never reported durable */
+		/* closing while failed, or lost: what is left was never reported durable */
+		if (atomic_load(&st->closed) || atomic_load(&st->lost))
+			break;
 		backoff_ms = backoff_ms ? (backoff_ms < 500 ? 2 * backoff_ms : 1000) : 10;
-		nanosleep(&(struct timespec){ backoff_ms / 1000, backoff_ms % 1000 * 1000000L }, NULL);
+		for (long ms = 0; ms < backoff_ms && !atomic_load(&st->closed) &&
+				  !atomic_load(&st->lost); ms += 10) /* a close ends the pause */
+			nanosleep(&(struct timespec){ 0, 10000000L }, NULL);
 	}
 	for (int i = 0; i < t.n; i++)
 		free(t.v[i]);
@@ -521,305 +481,6 @@ static void *writer_main(void *arg)
 	for (op *o; weft_chan_poll(st->ch, &o, sizeof o) >= 0;)
 		free(o);
 	return NULL;
-}
-
-/* ---- submitting -------------------------------------------------------------------------- */
-
-/*
- * The writer thread starts with the first write, not in store_open: weft's deadlock check
- * counts threads started after weft_run as ones that may wake a task, and a store opened
- * before weft_run would otherwise have its waiters reported as deadlocked. qlock held.
- */
-static int64_t start_writer(store *st)
-{
-	int r = pthread_create(&st->writer, NULL, writer_main, st);
-	if (r) {
-		fprintf(stderr, "weft-mqtt: cannot start the store's writer thread: %s\n",
-			strerror(r));
-		return -EAGAIN;
-	}
-	st->started = true;
-	return 0;
-}
-
-static op *op_new(int kind, const char *id, uint16_t id_len, const char *s, uint16_t s_len,
-		  const void *props, uint32_t props_len, const void *payload, uint32_t payload_len)
-{
-	size_t n = sizeof(op) + id_len + s_len + (size_t)props_len + payload_len;
-	op *o = malloc(n);
-	if (!o)
-		return NULL;
-	memset(o, 0, sizeof *o);
-	o->kind = kind;
-	char *p = o->data;
-	o->id = p, o->id_len = id_len;
-	if (id_len)
-		memcpy(p, id, id_len);
-	p += id_len;
-	o->s = p, o->s_len = s_len;
-	if (s_len)
-		memcpy(p, s, s_len);
-	p += s_len;
-	o->props = (uint8_t *)p, o->props_len = props_len;
-	if (props_len)
-		memcpy(p, props, props_len);
-	p += props_len;
-	o->payload = (uint8_t *)p, o->payload_len = payload_len;
-	if (payload_len)
-		memcpy(p, payload, payload_len);
-	return o;
-}
-
-/* Where an enqueue's ids go: the row's, and the shared message's (may be NULL). */
-typedef struct enq_ids {
-	uint64_t *row;
-	_Atomic uint64_t *shared;
-} enq_ids;
-
-/*
- * Hand o to the writer: its ticket, or -errno (o freed). For an enqueue, the row id and (for a
- * message not stored yet) the message id are handed out here too, and a shared message whose
- * id another task set meanwhile is only referred to (OP_ENQ becomes OP_ENQ_MID).
- */
-static int64_t submit(store *st, op *o, const enq_ids *e)
-{
-	if (!o)
-		return -ENOMEM;
-	int64_t t = -EPIPE;
-	uint64_t mid = 0;
-	weft_mutex_lock(&st->qlock);
-	if (!st->closed && !st->started) /* see start_writer */
-		t = start_writer(st);
-	if (!st->closed && t != -EAGAIN) {
-		o->ticket = st->next_ticket + 1;
-		if (e) {
-			o->seq = st->next_seq + 1;
-			if (o->kind == OP_ENQ && e->shared && atomic_load(e->shared))
-				o->kind = OP_ENQ_MID, o->mid = atomic_load(e->shared);
-			if (o->kind == OP_ENQ)
-				o->mid = mid = st->next_mid + 1;
-		}
-		int r = weft_chan_put(st->ch, &o, sizeof o); /* waits only when 64 Ki behind */
-		if (r == 0) { /* o is the writer's now (and may be freed) */
-			t = ++st->next_ticket;
-			atomic_store(&st->issued, t);
-			if (e) {
-				*e->row = ++st->next_seq;
-				if (mid) {
-					st->next_mid = mid;
-					if (e->shared)
-						atomic_store(e->shared, mid);
-				}
-			}
-		} else {
-			t = r;
-		}
-	}
-	weft_mutex_unlock(&st->qlock);
-	if (t < 0)
-		free(o);
-	return t;
-}
-
-static bool bad_msg(const store_msg *m)
-{
-	return !m || (m->topic_len && !m->topic) || (m->props_len && !m->props) ||
-	       (m->payload_len && !m->payload);
-}
-
-int64_t store_put_retained(store *st, const store_msg *m)
-{
-	if (bad_msg(m))
-		return -EINVAL;
-	if (m->payload_len == 0)
-		return store_del_retained(st, m->topic, m->topic_len);
-	op *o = op_new(OP_PUT_RET, NULL, 0, m->topic, m->topic_len, m->props, m->props_len,
-		       m->payload, m->payload_len);
-	if (o)
-		o->qos = m->qos, o->time = m->expiry;
-	return submit(st, o, NULL);
-}
-
-int64_t store_del_retained(store *st, const char *topic, uint16_t topic_len)
-{
-	return submit(st, op_new(OP_DEL_RET, NULL, 0, topic, topic_len, NULL, 0, NULL, 0), NULL);
-}
-
-int64_t store_put_session(store *st, const store_session *s)
-{
-	if (!s || (s->id_len && !s->id))
-		return -EINVAL;
-	if (s->owner_len && !s->owner)
-		return -EINVAL;
-	op *o = op_new(OP_PUT_SES, s->id, s->id_len, s->owner, s->owner_len, NULL, 0, NULL, 0);
-	if (o) {
-		o->version = s->version, o->u32 = s->expiry_interval, o->time = s->disconnected_at;
-		o->anon = !s->owner, o->owned = s->owner_known;
-	}
-	return submit(st, o, NULL);
-}
-
-int64_t store_del_session(store *st, const char *id, uint16_t id_len)
-{
-	return submit(st, op_new(OP_DEL_SES, id, id_len, NULL, 0, NULL, 0, NULL, 0), NULL);
-}
-
-int64_t store_put_sub(store *st, const char *id, uint16_t id_len, const char *filter,
-		      uint16_t filter_len, uint8_t opts, uint32_t subid)
-{
-	op *o = op_new(OP_PUT_SUB, id, id_len, filter, filter_len, NULL, 0, NULL, 0);
-	if (o)
-		o->opts = opts, o->u32 = subid;
-	return submit(st, o, NULL);
-}
-
-int64_t store_del_sub(store *st, const char *id, uint16_t id_len, const char *filter,
-		      uint16_t filter_len)
-{
-	return submit(st, op_new(OP_DEL_SUB, id, id_len, filter, filter_len, NULL, 0, NULL, 0),
-		      NULL);
-}
-
-int64_t store_enqueue(store *st, const char *id, uint16_t id_len, const store_msg *m,
-		      const store_dlv *d, uint64_t *row, _Atomic uint64_t *shared)
-{
-	if (bad_msg(m) || !d || !row || d->nsubid > 4)
-		return -EINVAL;
-	op *o;
-	if (shared && atomic_load(shared)) /* stored already: a queue row is all it takes */
-		o = op_new(OP_ENQ_MID, id, id_len, NULL, 0, NULL, 0, NULL, 0);
-	else
-		o = op_new(OP_ENQ, id, id_len, m->topic, m->topic_len, m->props, m->props_len,
-			   m->payload, m->payload_len);
-	if (o) {
-		o->qos = d->qos, o->retain = d->retain, o->nsubid = d->nsubid, o->pid = d->pid;
-		memcpy(o->subid, d->subid, sizeof o->subid);
-		o->mqos = m->qos, o->opts = m->retain, o->time = m->expiry, o->pin = shared != NULL;
-		if (o->kind == OP_ENQ_MID)
-			o->mid = atomic_load(shared);
-	}
-	enq_ids e = { row, shared };
-	return submit(st, o, &e);
-}
-
-int64_t store_release(store *st, uint64_t mid)
-{
-	op *o = op_new(OP_RELEASE, NULL, 0, NULL, 0, NULL, 0, NULL, 0);
-	if (o)
-		o->mid = mid;
-	return submit(st, o, NULL);
-}
-
-int64_t store_inflight(store *st, const char *id, uint16_t id_len, uint64_t row, uint16_t pid,
-		       uint8_t state)
-{
-	op *o = op_new(OP_INFLIGHT, id, id_len, NULL, 0, NULL, 0, NULL, 0);
-	if (o)
-		o->seq = row, o->pid = pid, o->state = state;
-	return submit(st, o, NULL);
-}
-
-int64_t store_put_will(store *st, const char *id, uint16_t id_len, const store_msg *m,
-		       uint32_t delay, int64_t at)
-{
-	if (bad_msg(m))
-		return -EINVAL;
-	op *o = op_new(OP_PUT_WILL, id, id_len, m->topic, m->topic_len, m->props, m->props_len,
-		       m->payload, m->payload_len);
-	if (o)
-		o->mqos = m->qos, o->retain = m->retain, o->time = m->expiry, o->u32 = delay,
-		o->time2 = at;
-	return submit(st, o, NULL);
-}
-
-int64_t store_del_will(store *st, const char *id, uint16_t id_len)
-{
-	return submit(st, op_new(OP_DEL_WILL, id, id_len, NULL, 0, NULL, 0, NULL, 0), NULL);
-}
-
-int64_t store_group_begin(store *st)
-{
-	op *o = op_new(OP_GROUP, NULL, 0, NULL, 0, NULL, 0, NULL, 0);
-	op *end = op_new(OP_GROUP_END, NULL, 0, NULL, 0, NULL, 0, NULL, 0);
-	if (!o || !end) {
-		free(o);
-		free(end);
-		return -ENOMEM;
-	}
-	weft_mutex_lock(&st->glock);
-	int64_t t = submit(st, o, NULL);
-	if (t < 0) {
-		weft_mutex_unlock(&st->glock);
-		free(end);
-		return t;
-	}
-	st->gend = end;
-	return t;
-}
-
-int64_t store_group_end(store *st)
-{
-	int64_t t = submit(st, st->gend, NULL);
-	st->gend = NULL;
-	weft_mutex_unlock(&st->glock);
-	return t;
-}
-
-static int64_t by_pid(store *st, int kind, const char *id, uint16_t id_len, uint16_t pid)
-{
-	if (pid == 0)
-		return -EINVAL;
-	op *o = op_new(kind, id, id_len, NULL, 0, NULL, 0, NULL, 0);
-	if (o)
-		o->pid = pid;
-	return submit(st, o, NULL);
-}
-
-int64_t store_ack(store *st, const char *id, uint16_t id_len, uint16_t pid)
-{
-	return by_pid(st, OP_ACK, id, id_len, pid);
-}
-
-int64_t store_rel_add(store *st, const char *id, uint16_t id_len, uint16_t pid)
-{
-	return by_pid(st, OP_REL_ADD, id, id_len, pid);
-}
-
-int64_t store_rel_del(store *st, const char *id, uint16_t id_len, uint16_t pid)
-{
-	return by_pid(st, OP_REL_DEL, id, id_len, pid);
-}
-
-/* ---- durability -------------------------------------------------------------------------- */
-
-int64_t store_durable(store *st)
-{
-	return atomic_load(&st->durable);
-}
-
-int store_wait(store *st, int64_t ticket, int64_t deadline)
-{
-	if (ticket <= 0 || ticket > atomic_load(&st->issued))
-		return -EINVAL;
-	if (atomic_load(&st->durable) >= ticket)
-		return 0;
-	int r = 0;
-	weft_mutex_lock(&st->dlock);
-	while (atomic_load(&st->durable) < ticket && r == 0) {
-		if (atomic_load(&st->failed))
-			r = -EIO;
-		else
-			r = weft_cond_wait_until(&st->dcond, &st->dlock, deadline);
-	}
-	weft_mutex_unlock(&st->dlock);
-	return atomic_load(&st->durable) >= ticket ? 0 : r;
-}
-
-void store_stats_get(store *st, store_stats *out)
-{
-	out->writes = atomic_load_explicit(&st->writes, memory_order_relaxed);
-	out->commits = atomic_load_explicit(&st->commits, memory_order_relaxed);
-	out->commit_ns = atomic_load_explicit(&st->commit_ns, memory_order_relaxed);
 }
 
 /* ---- opening and closing ----------------------------------------------------------------- */
@@ -981,7 +642,7 @@ store *store_open(const char *dir, const store_opts *o, char *err, size_t cap)
 	weft_mutex_init(&st->dlock);
 	weft_mutex_init(&st->glock);
 	weft_cond_init(&st->dcond);
-	st->ch = weft_chan_new(CHAN_CAP, sizeof(op *));
+	st->ch = weft_chan_new(WEFT_UNBOUNDED, sizeof(op *)); /* store_queue.c: what bounds it */
 	if (!st->ch) {
 		snprintf(err, cap, "out of memory");
 		close_db(st);
@@ -1002,8 +663,18 @@ int store_close(store *st)
 	weft_chan_close(st->ch); /* the writer commits what is queued, then ends */
 	if (st->started)
 		pthread_join(st->writer, NULL);
+	/* a task in store_wait now has its answer (durable, -EIO, or -EPIPE): st goes once the
+	 * last has left */
+	weft_mutex_lock(&st->dlock);
+	st->closing = true;
+	weft_cond_broadcast(&st->dcond);
+	while (st->waiters)
+		weft_cond_wait(&st->dcond, &st->dlock);
+	weft_mutex_unlock(&st->dlock);
+	for (op *o; weft_chan_poll(st->ch, &o, sizeof o) >= 0;) /* after a writer that gave up */
+		free(o);
 	weft_chan_free(st->ch);
-	int failed = atomic_load(&st->failed);
+	int failed = store_failed(st);
 	if (!failed) /* fold the log into the database: the next open reads less */
 		sqlite3_exec(st->db, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL);
 	close_db(st);

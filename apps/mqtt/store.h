@@ -5,7 +5,7 @@
  *
  * Writes are asynchronous and ordered. Every write call copies its arguments, hands them to the
  * store's writer thread and returns at once with a ticket (> 0) - or -errno: -EPIPE after
- * store_close, -ENOMEM, -EINVAL. The writer applies the writes in ticket order, many per
+ * store_close, -ENOMEM, -EINVAL, -EIO when refused (below). The writer applies the writes in ticket order, many per
  * transaction, and makes each transaction durable (fsync) before it reports the tickets in it
  * done (group commit). What is on disk is always every write up to some ticket: a write is
  * never dropped, not even while the store has failed (below), so after a crash the store holds
@@ -14,18 +14,23 @@
  * Failure: when a transaction cannot be written (disk full, I/O error) the store is failed:
  * store_wait returns -EIO for every write not yet durable, and the writer tries the same writes
  * again (10 ms, doubling to 1 s, apart) until they commit - then the store works again, with
- * nothing lost in between. store_failed says which it is now.
+ * nothing lost in between. store_failed says which it is now. A failure that lasts while
+ * 64 Ki writes pile up ends that: the next write is refused (-EIO), and so is every later one
+ * (a group's end aside); nothing more is made durable, not even once the disk has room, and
+ * store_failed stays true until the store is opened again, on the last state that was durable
+ * - which is every write up to some ticket, as always (store_queue.c says why).
  *
  * The rule that matters: a message whose PUBACK/PUBREC the broker sends must be durable first.
  * So: store_enqueue... for each persistent receiver, then store_wait(last ticket) before
  * writing the PUBACK. A connection task that handled a batch of packets waits once, for the
  * last ticket of the batch; many connections waiting at once share one fsync.
  *
- * Calls may come from any task or thread at once. Writing never blocks a worker: a task waits
- * in store_wait only (parked on a task-aware condition variable), and at most briefly to hand
- * a write over when the writer is 64 Ki writes behind (back-pressure). store_open, store_load
- * and store_close do file I/O on the caller: call them at start-up and shutdown, or from a
- * thread of the blocking pool (weft_blocking).
+ * Calls may come from any task or thread at once. A write call never waits (so it may be made
+ * under a lock): a task waits in store_wait only, parked on a task-aware condition variable.
+ * What keeps the writer's backlog bounded is the caller waiting for its writes (the broker
+ * does at the end of each batch of packets), and while failed the refusal above. store_open,
+ * store_load and store_close do file I/O on the caller: call them at start-up and shutdown, or
+ * from a thread of the blocking pool (weft_blocking).
  *
  * Strings (client ids, topics, filters) are byte strings with a length, as on the wire; they
  * need not be NUL-terminated. Times stored are Unix seconds (wall clock), since they must
@@ -64,14 +69,17 @@ store *store_open(const char *dir, const store_opts *o, char *err, size_t cap);
 
 /*
  * Make every write made so far durable, stop the writer and close. Returns 0, or -EIO when the
- * store was failed (store_error says why; the writes it could not make are not on disk).
- * Nobody may use st afterwards.
+ * store was failed (the writes it could not make are not on disk; store_error, asked before,
+ * says why). A
+ * task or thread in store_wait meanwhile gets its answer (0, -EIO, or -EPIPE) and st is freed
+ * only once it has left; no write call may be made during or after store_close.
  */
 int store_close(store *st);
 
 /* Why the store failed (the first time), or "" while it works. */
 const char *store_error(store *st);
-/* Whether the store cannot write now (its last transaction failed; it is trying again). */
+/* Whether the store cannot write now: its last transaction failed (it is trying again), or a
+ * write was refused (it stays failed until it is opened again). */
 bool store_failed(store *st);
 
 /* A message as stored. */
@@ -190,11 +198,14 @@ int64_t store_group_end(store *st);
  * Wait until the write with this ticket (and so every earlier one) is durable. From a task it
  * parks the task; from a thread it sleeps the thread. Returns 0; -EIO when the store is failed
  * and the ticket not durable (do not acknowledge the write: it may be lost in a crash, or
- * become durable once the store recovers); -ETIMEDOUT; -ECANCELED.
+ * become durable once the store recovers); -ETIMEDOUT; -ECANCELED; -EPIPE when store_close
+ * ended the wait.
  */
 int store_wait(store *st, int64_t ticket, int64_t deadline);
 /* The highest ticket known durable (a snapshot, never waits). */
 int64_t store_durable(store *st);
+/* The last ticket handed out: waiting for it waits for every write made so far. */
+int64_t store_issued(store *st);
 
 /* Counters since store_open: writes applied and transactions committed (each one fsync). */
 typedef struct store_stats {

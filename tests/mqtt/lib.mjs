@@ -182,6 +182,12 @@ process.on('exit', killNow);
 for (const sig of ['SIGTERM', 'SIGINT', 'SIGHUP']) process.on(sig, () => process.exit(1));
 
 // Whether the broker the test started is still running (true if it started none).
+// A test that starts and kills brokers of its own skips where every test shares one
+// (twice.mjs).
+export function ownBrokers() {
+	if (shared) skip('runs brokers of its own, and the broker is shared');
+}
+
 export function brokerAlive() {
 	return !brokerStarted || (broker && !broker.exited());
 }

@@ -23,6 +23,19 @@
  * (5.0: 0x88 Server unavailable, 3.1.1: 0x03), a clean one still gets in; once the limit is
  * lifted the store recovers, a persistent session is accepted, and every message acknowledged
  * before the failure reaches the offline session.
+ *
+ * long_store_failure_keeps_the_rest_serving: the same failure, long: clean publishers flood
+ * 100 offline persistent sessions with QoS 1 messages, reconnecting each time the broker ends
+ * them, until the store's queue of writes overflows and it refuses them, while a will comes
+ * due for the reaper to write off. Meanwhile a QoS 0 client round-trips on a topic those
+ * sessions match, clean clients connect, subscribe, round-trip a QoS 1 message and ping, all
+ * without a stall; persistent sessions are refused; SIGTERM ends the broker with status 0 at
+ * once; and after a restart every message acknowledged before the failure is there.
+ *
+ * qos2_acks_wait_for_earlier_writes: the PUBREC of a QoS 2 PUBLISH resent on a new
+ * connection, and the PUBCOMP of a PUBREL for an id the old connection's PUBREL forgot, while
+ * the old connection's write is not durable (a slow disk, the old connection cut short so it
+ * did not wait for it), then kill -9: the message is there once, and the id is free.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -32,6 +45,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -46,6 +60,7 @@
 
 static pid_t broker;
 static int port;
+static int queue_max; /* max_queued_messages; 0: no limit */
 static char store_dir[PATH_MAX], conf_file[PATH_MAX], errlog[PATH_MAX];
 
 static int dial(void)
@@ -78,7 +93,7 @@ static void start_broker(rlim_t fsize)
 		FILE *f = fopen(conf_file, "w");
 		CHECK(f);
 		fprintf(f, "listener %d 127.0.0.1\npersistence true\npersistence_location %s\n"
-			   "max_queued_messages 0\n", port, store_dir);
+			   "max_queued_messages %d\n", port, store_dir, queue_max);
 		fclose(f);
 	}
 	char bin[PATH_MAX], tmp[PATH_MAX];
@@ -570,5 +585,404 @@ TEST(persistent_sessions_refused_while_store_fails)
 		CHECK_EQ(write(s, b, n), (long long)n);
 	}
 	close(s);
+	stop_broker();
+}
+
+/* ---- a store that cannot write for long --------------------------------------------------- */
+
+/* Whether the broker's stderr holds `what`. */
+static bool log_has(const char *what)
+{
+	char line[1024];
+	bool found = false;
+	FILE *f = fopen(errlog, "r");
+	while (f && !found && fgets(line, sizeof line, f))
+		found = strstr(line, what) != NULL;
+	if (f)
+		fclose(f);
+	return found;
+}
+
+/* A 5.0 CONNECT of a persistent session (an hour) with a QoS 0 will published `delay` seconds
+ * after its connection ends (codec.c encodes no will: by hand). */
+static size_t will_connect(uint8_t *b, const char *id, uint32_t delay)
+{
+	uint16_t idn = (uint16_t)strlen(id);
+	uint8_t v[128];
+	size_t n = 0;
+	const uint8_t head[] = { 0, 4, 'M', 'Q', 'T', 'T', 5, 0x04 /* will, QoS 0 */, 0, 60,
+				 5, MQ_P_SESSION_EXPIRY, 0, 0, 0x0e, 0x10 /* 3600 */ };
+	memcpy(v, head, sizeof head);
+	n = sizeof head;
+	v[n++] = (uint8_t)(idn >> 8), v[n++] = (uint8_t)idn;
+	memcpy(v + n, id, idn), n += idn;
+	v[n++] = 5, v[n++] = MQ_P_WILL_DELAY; /* will properties */
+	v[n++] = (uint8_t)(delay >> 24), v[n++] = (uint8_t)(delay >> 16);
+	v[n++] = (uint8_t)(delay >> 8), v[n++] = (uint8_t)delay;
+	memcpy(v + n, "\0\6gone/w\0\4gone", 14), n += 14; /* will topic and payload */
+	b[0] = MQ_CONNECT << 4, b[1] = (uint8_t)n; /* n < 128: one length byte */
+	memcpy(b + 2, v, n);
+	return n + 2;
+}
+
+#define OFFLINE 100     /* persistent sessions the flood's messages are stored for */
+#define FILL_MAX 1000   /* big messages that fill the store, at most */
+#define STALL_MS 10000  /* no answer in this long is a stall: a round trip takes a few ms,
+			 * hundreds on a machine that other work keeps busy; before the fix
+			 * it never came */
+
+/* Clean publishers of QoS 1 messages to the offline persistent sessions, one connection after
+ * another (the broker ends each whose messages it cannot store), until told to stop. */
+static atomic_bool flooding;
+static atomic_long flooded;
+
+static void *flood(void *arg)
+{
+	(void)arg;
+	static uint8_t batch[600 * 24];
+	while (atomic_load(&flooding)) {
+		int s = test_dial(port, 0, 2);
+		if (s < 0) {
+			usleep(10000);
+			continue;
+		}
+		struct timeval tv = { 2, 0 }; /* a broker that stalls must not hang the test */
+		setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+		size_t n = connect_packet(batch, 4, "", 1, 0);
+		for (int i = 0; i < 600; i++) {
+			mq_pub_enc e = { 4, 1, 0, 0, (uint16_t)(i + 1), "flood/x", 7, NULL, 0, "f", 1,
+					 NULL, 0 };
+			n += mq_enc_publish(batch + n, &e);
+		}
+		if (send(s, batch, n, MSG_NOSIGNAL) == (ssize_t)n)
+			atomic_fetch_add(&flooded, 600);
+		char sink[4096];
+		while (read(s, sink, sizeof sink) > 0) /* until the broker ends it, or 2 s */
+			;
+		close(s);
+	}
+	return NULL;
+}
+
+/* A QoS 0 message to itself on a connection subscribed to it: how long it took, in ms (fails
+ * the test after STALL_MS, the connection's read timeout). On flood/ping, which the offline
+ * persistent sessions match: routing it takes their locks. */
+static long qos0_round_trip(int s)
+{
+	uint8_t b[256];
+	int64_t t0 = weft_now();
+	mq_pub_enc e = { 4, 0, 0, 0, 0, "flood/ping", 10, NULL, 0, "p", 1, NULL, 0 };
+	size_t n = mq_enc_publish(b, &e);
+	CHECK_EQ(write(s, b, n), (long long)n);
+	int len = next_packet(s, b, sizeof b);
+	if (len < 0) {
+		show_log();
+		CHECK(!"no QoS 0 round trip within STALL_MS: the broker stalls");
+	}
+	CHECK_EQ(b[0] >> 4, MQ_PUBLISH);
+	return (long)((weft_now() - t0) / MS);
+}
+
+/* A new clean connection: CONNACK, SUBSCRIBE, a QoS 1 message to itself and its PUBACK, a
+ * PINGREQ, DISCONNECT. How long it took, in ms. */
+static long clean_round(int version)
+{
+	int64_t t0 = weft_now();
+	int s;
+	CHECK_EQ(connack(version, "", 1, 0, &s), 0);
+	uint8_t b[256];
+	size_t n = mq_enc_subscribe(b, version, 1, "clean/t", 1, NULL);
+	mq_pub_enc e = { version, 1, 0, 0, 2, "clean/t", 7, NULL, 0, "c", 1, NULL, 0 };
+	CHECK_EQ(write(s, b, n), (long long)n);
+	CHECK(next_packet(s, b, sizeof b) > 0 && b[0] >> 4 == MQ_SUBACK);
+	n = mq_enc_publish(b, &e);
+	CHECK_EQ(write(s, b, n), (long long)n);
+	bool puback = false, publish = false;
+	while (!puback || !publish) {
+		int len = next_packet(s, b, sizeof b);
+		CHECK(len > 0);
+		mq_packet pk;
+		CHECK_EQ(mq_decode(b, (size_t)len, version, &pk), 0);
+		puback = puback || pk.type == MQ_PUBACK;
+		if (pk.type == MQ_PUBLISH) {
+			publish = true;
+			n = mq_enc_ack(b, version, MQ_PUBACK, pk.packet_id, 0, NULL);
+			CHECK_EQ(write(s, b, n), (long long)n);
+		}
+	}
+	n = mq_enc_simple(b, MQ_PINGREQ);
+	CHECK_EQ(write(s, b, n), (long long)n);
+	CHECK(next_packet(s, b, sizeof b) > 0 && b[0] >> 4 == MQ_PINGRESP);
+	n = mq_enc_disconnect(b, version, 0, NULL);
+	CHECK_EQ(write(s, b, n), (long long)n);
+	close(s);
+	return (long)((weft_now() - t0) / MS);
+}
+
+TEST(long_store_failure_keeps_the_rest_serving)
+{
+	test_skip_emulated();
+	/* the default: the flood queues no more than this in memory for each offline session */
+	queue_max = 1000;
+	start_broker(8 << 20); /* room for the sessions' first writes: a commit is a page or more */
+	/* offline persistent sessions subscribed with QoS 1, and one away whose will is due in
+	 * 4 s, when the flood below has filled the store's queue (the reaper writes it off) */
+	uint8_t b[BIG + 128];
+	size_t n;
+	for (int i = 0; i < OFFLINE; i++) {
+		char id[16];
+		snprintf(id, sizeof id, "off%d", i);
+		int s;
+		CHECK_EQ(connack(4, id, 0, 0, &s), 0);
+		n = mq_enc_subscribe(b, 4, 1, "flood/#", 1, NULL);
+		CHECK_EQ(write(s, b, n), (long long)n);
+		CHECK(next_packet(s, b, sizeof b) > 0 && b[0] == 0x90);
+		close(s);
+	}
+	int w = dial();
+	CHECK(w >= 0);
+	n = will_connect(b, "will5", 4);
+	CHECK_EQ(write(w, b, n), (long long)n);
+	CHECK(next_packet(w, b, sizeof b) > 0 && b[0] == 0x20 && b[3] == 0);
+	/* the QoS 0 client, there before the failure */
+	int q0;
+	CHECK_EQ(connack(4, "qos0", 1, 0, &q0), 0);
+	struct timeval tv = { STALL_MS / 1000, 0 }; /* qos0_round_trip's bound */
+	setsockopt(q0, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	n = mq_enc_subscribe(b, 4, 1, "flood/ping", 0, NULL);
+	CHECK_EQ(write(q0, b, n), (long long)n);
+	CHECK(next_packet(q0, b, sizeof b) > 0 && b[0] == 0x90);
+	fprintf(stderr, "a QoS 0 round trip before the failure: %ld ms\n", qos0_round_trip(q0));
+	/* fill the store with big messages until one is not acknowledged: it failed */
+	int s;
+	CHECK_EQ(connack(4, "filler", 1, 0, &s), 0);
+	static char payload[BIG];
+	int acked = 0;
+	for (; acked < FILL_MAX; acked++) {
+		memset(payload, 'x', sizeof payload);
+		char num[8];
+		snprintf(num, sizeof num, "%07d", acked);
+		memcpy(payload, num, 7);
+		mq_pub_enc e = { 4, 1, 0, 0, (uint16_t)(acked + 1), "flood/big", 9, NULL, 0,
+				 payload, sizeof payload, NULL, 0 };
+		n = mq_enc_publish(b, &e);
+		if (write(s, b, n) != (ssize_t)n || next_packet(s, b, sizeof b) < 0)
+			break;
+		CHECK_EQ(b[0], 0x40);
+	}
+	close(s);
+	fprintf(stderr, "the store failed after %d messages of %d bytes\n", acked, BIG);
+	CHECK(acked > 0 && acked < FILL_MAX);
+	/* the flood: far more writes than the queue holds, for as long as the test runs */
+	close(w); /* gone without DISCONNECT: its will is due in 4 s */
+	atomic_store(&flooding, true);
+	pthread_t ft;
+	CHECK_EQ(pthread_create(&ft, NULL, flood, NULL), 0);
+	long worst = 0, t;
+	int rounds = 0;
+	for (int64_t end = weft_now() + 60000 * MS; !log_has("writes are refused");) {
+		if (weft_now() > end) {
+			show_log();
+			CHECK(!"the store's queue did not overflow in 60 s");
+		}
+		t = qos0_round_trip(q0);
+		worst = t > worst ? t : worst;
+		rounds++;
+		CHECK(t < STALL_MS);
+		usleep(20000);
+	}
+	fprintf(stderr, "the queue overflowed after %ld flooded messages (%d QoS 0 round trips, "
+			"the slowest %ld ms)\n", atomic_load(&flooded), rounds, worst);
+	/* while the flood goes on, with its writes refused: the rest serves at once */
+	usleep(4500000); /* past the will's delay */
+	for (int i = 0; i < 20; i++) {
+		t = qos0_round_trip(q0);
+		worst = t > worst ? t : worst;
+	}
+	long worst_clean = 0;
+	for (int i = 0; i < 10; i++) {
+		t = clean_round(i % 2 ? 5 : 4);
+		worst_clean = t > worst_clean ? t : worst_clean;
+	}
+	fprintf(stderr, "slowest QoS 0 round trip %ld ms, slowest clean connection %ld ms\n",
+		worst, worst_clean);
+	CHECK(worst < STALL_MS);
+	CHECK(worst_clean < STALL_MS);
+	/* persistent sessions are refused: nothing of them could be kept */
+	CHECK_EQ(connack(5, "new5", 1, 3600, NULL), MQ_RC_SERVER_UNAVAILABLE);
+	CHECK_EQ(connack(4, "new3", 0, 0, NULL), MQ_V3_UNAVAILABLE);
+	CHECK_EQ(connack(4, "off0", 0, 0, NULL), MQ_V3_UNAVAILABLE);
+	/* and it shuts down, still flooded, at once */
+	int64_t t0 = weft_now();
+	stop_broker(); /* SIGTERM: exit status 0, or SIGKILL after 5 s and the test fails */
+	fprintf(stderr, "shut down in %lld ms\n", (long long)((weft_now() - t0) / MS));
+	atomic_store(&flooding, false);
+	pthread_join(ft, NULL);
+	close(q0);
+	/* a restart with room: what was acknowledged before the failure is all there */
+	start_broker(0);
+	CHECK_EQ(connack(4, "off0", 0, 0, &s), 0);
+	static uint8_t got[FILL_MAX];
+	int distinct = 0;
+	while (distinct < acked) {
+		int len = next_packet(s, b, sizeof b);
+		CHECK(len > 0);
+		mq_packet pk;
+		CHECK_EQ(mq_decode(b, (size_t)len, 4, &pk), 0);
+		CHECK_EQ(pk.type, MQ_PUBLISH);
+		if (pk.publish.payload.len == BIG) {
+			char num[8];
+			snprintf(num, sizeof num, "%.7s", (const char *)pk.publish.payload.p);
+			int i = atoi(num);
+			CHECK(i >= 0 && i < FILL_MAX);
+			if (!got[i]++)
+				distinct += i < acked;
+		}
+		n = mq_enc_ack(b, 4, MQ_PUBACK, pk.packet_id, 0, NULL);
+		CHECK_EQ(write(s, b, n), (long long)n);
+	}
+	close(s);
+	stop_broker();
+}
+
+/* ---- acknowledgements that vouch for an earlier connection's write ------------------------ */
+
+static void send_pkt(int s, const uint8_t *b, size_t n)
+{
+	CHECK_EQ(write(s, b, n), (long long)n);
+}
+
+static void publish2(int s, uint16_t pid, int dup, const char *payload)
+{
+	uint8_t b[128];
+	mq_pub_enc e = { 4, 2, dup, 0, pid, "ea/t", 4, NULL, 0, payload,
+			 (uint32_t)strlen(payload), NULL, 0 };
+	send_pkt(s, b, mq_enc_publish(b, &e));
+}
+
+static void ack4(int s, int type, uint16_t pid)
+{
+	uint8_t b[8];
+	send_pkt(s, b, mq_enc_ack(b, 4, type, pid, 0, NULL));
+}
+
+/* The next packet on s, which must be of type `type` for packet id pid. */
+static void expect_ack(int s, int type, uint16_t pid)
+{
+	uint8_t b[64];
+	mq_packet pk;
+	int len = next_packet(s, b, sizeof b);
+	CHECK(len > 0);
+	CHECK_EQ(mq_decode(b, (size_t)len, 4, &pk), 0);
+	CHECK_EQ(pk.type, type);
+	CHECK_EQ(pk.packet_id, pid);
+}
+
+/* The QoS 2 subscriber back on its session: the payloads it gets in 2 s (each flow completed,
+ * a message counted when its PUBLISH first comes), in got (a line each). */
+static void collect(char *got, size_t cap)
+{
+	int s;
+	CHECK_EQ(connack(4, "ea-sub", 0, 0, &s), 0);
+	struct timeval tv = { 2, 0 };
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	static bool held_id[65536];
+	memset(held_id, 0, sizeof held_id);
+	got[0] = 0;
+	uint8_t b[256];
+	int len;
+	while ((len = next_packet(s, b, sizeof b)) > 0) {
+		mq_packet pk;
+		CHECK_EQ(mq_decode(b, (size_t)len, 4, &pk), 0);
+		if (pk.type == MQ_PUBLISH) {
+			if (!held_id[pk.packet_id]) {
+				held_id[pk.packet_id] = true;
+				size_t n = strlen(got);
+				snprintf(got + n, cap - n, "%.*s\n", (int)pk.publish.payload.len,
+					 (const char *)pk.publish.payload.p);
+			}
+			ack4(s, MQ_PUBREC, pk.packet_id);
+		} else {
+			CHECK_EQ(pk.type, MQ_PUBREL);
+			held_id[pk.packet_id] = false;
+			ack4(s, MQ_PUBCOMP, pk.packet_id);
+		}
+	}
+	close(s);
+}
+
+/* A packet after which the broker ends the connection at once (a second CONNECT): sent in
+ * the same write as the one before it, the connection's batch ends in an error, and the
+ * connection without waiting for that batch's writes. */
+static void cut(int s)
+{
+	uint8_t b[64];
+	send_pkt(s, b, connect_packet(b, 4, "ea-pub", 0, 0));
+}
+
+/*
+ * A PUBREC for a QoS 2 PUBLISH resent on a new connection while the first copy's write (made
+ * by the old connection) is not durable yet, and a PUBCOMP for a PUBREL whose id the old
+ * connection's PUBREL forgot, by a write not durable yet: each must go out only once that
+ * write is durable, so that a kill -9 right after it loses and duplicates nothing. Every write
+ * takes 300 ms to become durable (WEFT_MQTT_STORE_COMMIT_DELAY_MS), and the old connection
+ * ends in a protocol error right after the packet (cut), so it does not wait for the write.
+ */
+TEST(qos2_acks_wait_for_earlier_writes)
+{
+	test_skip_emulated();
+	setenv("WEFT_MQTT_STORE_COMMIT_DELAY_MS", "300", 1); /* the broker inherits it */
+	start_broker(0);
+	int s, p;
+	uint8_t b[64];
+	CHECK_EQ(connack(4, "ea-sub", 0, 0, &s), 0); /* offline: its messages are stored */
+	send_pkt(s, b, mq_enc_subscribe(b, 4, 1, "ea/#", 2, NULL));
+	CHECK(next_packet(s, b, sizeof b) > 0 && b[0] == 0x90);
+	close(s);
+	/* the resend: the first connection goes before its PUBREC */
+	CHECK_EQ(connack(4, "ea-pub", 0, 0, &p), 0);
+	publish2(p, 9, 0, "first");
+	cut(p);
+	close(p);
+	CHECK_EQ(connack(4, "ea-pub", 0, 0, &p), 0);
+	publish2(p, 9, 1, "first");
+	expect_ack(p, MQ_PUBREC, 9);
+	kill_broker();
+	close(p);
+	start_broker(0);
+	char got[256];
+	collect(got, sizeof got);
+	if (strcmp(got, "first\n")) {
+		fprintf(stderr, "after a PUBREC of a resend and kill -9 the subscriber got:\n%s", got);
+		CHECK(!"not the message once");
+	}
+	CHECK_EQ(connack(4, "ea-pub", 0, 0, &p), 0); /* finish its flow */
+	ack4(p, MQ_PUBREL, 9);
+	expect_ack(p, MQ_PUBCOMP, 9);
+	/* the PUBREL: the first connection goes before its PUBCOMP */
+	publish2(p, 10, 0, "second");
+	expect_ack(p, MQ_PUBREC, 10);
+	ack4(p, MQ_PUBREL, 10);
+	cut(p);
+	close(p);
+	CHECK_EQ(connack(4, "ea-pub", 0, 0, &p), 0);
+	ack4(p, MQ_PUBREL, 10);
+	expect_ack(p, MQ_PUBCOMP, 10);
+	kill_broker();
+	close(p);
+	start_broker(0);
+	/* with its PUBCOMP the client may use id 10 again: a new message, to be delivered */
+	CHECK_EQ(connack(4, "ea-pub", 0, 0, &p), 0);
+	publish2(p, 10, 0, "third");
+	expect_ack(p, MQ_PUBREC, 10);
+	ack4(p, MQ_PUBREL, 10);
+	expect_ack(p, MQ_PUBCOMP, 10);
+	close(p);
+	collect(got, sizeof got);
+	if (strcmp(got, "second\nthird\n")) {
+		fprintf(stderr, "after a PUBCOMP of a PUBREL for a forgotten id and kill -9 the "
+				"subscriber got:\n%s", got);
+		CHECK(!"not each message once");
+	}
 	stop_broker();
 }

@@ -2,8 +2,9 @@
  * store_test.c - weft-mqtt's durable store (apps/mqtt/store.c) on SQLite: round trips through
  * a restart, deletion, group commit under many tasks, a crash test (a child writes under load
  * and is killed with SIGKILL at a random moment; everything it was told is durable must be
- * there after reopening, and every acknowledged delivery gone), damaged files, a full disk,
- * and a group of writes as one transaction.
+ * there after reopening, and every acknowledged delivery gone), damaged files, and a group
+ * of writes as one transaction. A store that cannot write is store_fail_test.c's (the same
+ * binary).
  *
  * Each test works in a fresh directory under /tmp (on disk here, so fsync is real).
  */
@@ -22,11 +23,10 @@
 
 #include <sqlite3.h>
 
-#include "store.h"
-#include "test.h"
+#include "store_test.h"
 
 /* A fresh store directory in the test's scratch directory (store_open creates it). */
-static const char *fresh(void)
+const char *fresh(void)
 {
 	static char db[160];
 	static int n;
@@ -34,7 +34,7 @@ static const char *fresh(void)
 	return db;
 }
 
-static store *open_ok(const char *path, const store_opts *o)
+store *open_ok(const char *path, const store_opts *o)
 {
 	char err[512];
 	store *st = store_open(path, o, err, sizeof err);
@@ -44,9 +44,7 @@ static store *open_ok(const char *path, const store_opts *o)
 	return st;
 }
 
-#define S(str) (str), (uint16_t)strlen(str)
-
-static store_msg msg(const char *topic, const char *payload, int qos)
+store_msg msg(const char *topic, const char *payload, int qos)
 {
 	store_msg m = { .topic = topic, .topic_len = (uint16_t)strlen(topic), .qos = (uint8_t)qos,
 			.payload = payload, .payload_len = (uint32_t)strlen(payload) };
@@ -128,7 +126,7 @@ static const store_callbacks cbs = { cb_session, cb_sub, cb_queued, cb_rel, cb_w
 				     cb_retained };
 
 /* A delivery at qos, with the RETAIN flag and subscription ids given (up to 4, 0 ends). */
-static store_dlv dl(int qos, int retain, uint32_t id1, uint32_t id2)
+store_dlv dl(int qos, int retain, uint32_t id1, uint32_t id2)
 {
 	store_dlv d = { .qos = (uint8_t)qos, .retain = (uint8_t)retain };
 	if (id1)
@@ -138,7 +136,7 @@ static store_dlv dl(int qos, int retain, uint32_t id1, uint32_t id2)
 	return d;
 }
 
-static char *load_text(store *st)
+char *load_text(store *st)
 {
 	dump d = { NULL, 0, 0 };
 	add(&d, "%s", "");
@@ -149,7 +147,7 @@ static char *load_text(store *st)
 	return d.buf;
 }
 
-static void expect(const char *text, const char *want)
+void expect(const char *text, const char *want)
 {
 	if (strcmp(text, want) != 0) {
 		fprintf(stderr, "loaded:\n%s\nwanted:\n%s\n", text, want);
@@ -159,7 +157,7 @@ static void expect(const char *text, const char *want)
 
 /* ---- round trips ------------------------------------------------------------------------- */
 
-static const char *path;
+const char *path;
 
 /* Writes of every kind; returns the last ticket. */
 static int64_t write_everything(store *st)
@@ -687,58 +685,6 @@ TEST(bad_directory_and_second_user)
 	CHECK_EQ(store_close(st), 0);
 }
 
-/* ---- a write that cannot be made durable --------------------------------------------------- */
-
-static int t_full(void *arg)
-{
-	(void)arg;
-	store *st = open_ok(path, NULL);
-	store_msg m = msg("kept", "before the limit", 1);
-	store_dlv d = dl(1, 0, 0, 0);
-	uint64_t row;
-	CHECK_EQ(store_wait(st, store_enqueue(st, S("alice"), &m, &d, &row, NULL),
-			    weft_now() + 5000 * MS), 0);
-	CHECK_EQ(store_close(st), 0);
-	/* the same database capped at 256 KiB: as a full disk, a commit fails */
-	store_opts o = { .max_bytes = 256 * 1024 };
-	st = open_ok(path, &o);
-	char payload[4000];
-	memset(payload, 'f', sizeof payload - 1);
-	payload[sizeof payload - 1] = 0;
-	int64_t t = 0;
-	int r = 0, n = 0;
-	for (; n < 1000 && r == 0; n++) {
-		m = msg("full", payload, 1);
-		t = store_enqueue(st, S("bob"), &m, &d, &row, NULL);
-		CHECK(t > 0); /* taken even once failed: the writer tries them again */
-		r = store_wait(st, t, weft_now() + 5000 * MS);
-	}
-	fprintf(stderr, "after %d messages: %d, %s\n", n, r, store_error(st));
-	CHECK_EQ(r, -EIO); /* never reported durable */
-	CHECK(strstr(store_error(st), "database or disk is full"));
-	CHECK(store_failed(st)); /* and a later write is not reported durable either */
-	CHECK_EQ(store_wait(st, store_enqueue(st, S("bob"), &m, &d, &row, NULL),
-			    weft_now() + 5000 * MS), -EIO);
-	CHECK_EQ(store_close(st), -EIO);
-	/* without the cap it opens, with everything that was reported durable */
-	st = open_ok(path, NULL);
-	char *txt = load_text(st);
-	CHECK(strstr(txt, "Q alice kept q1 p0 s0 r0 mr0 x0 props0 before the limit\n"));
-	int q = 0;
-	for (char *p = txt; (p = strstr(p, "Q bob full")); p++)
-		q++;
-	CHECK(q < n); /* the failed transaction's messages are not there */
-	free(txt);
-	CHECK_EQ(store_close(st), 0);
-	return 0;
-}
-
-TEST(full_disk_fails_loudly)
-{
-	path = fresh();
-	RUN(t_full);
-}
-
 /* A group is one transaction, even past max_batch: a crash keeps all of it or none. */
 static int t_group_unit(void *arg)
 {
@@ -772,7 +718,7 @@ TEST(group_is_one_transaction)
 /* ---- a message shared by several sessions ------------------------------------------------ */
 
 /* The first of two integers a query on the (closed) database at path returns. */
-static long long sql_int(const char *sql)
+long long sql_int(const char *sql)
 {
 	char file[256];
 	snprintf(file, sizeof file, "%s/weft-mqtt.db", path);
