@@ -108,7 +108,8 @@ const char *test_tmpdir(void);
  * setenv before the call reaches weft's start-up); fails the test when the child fails, showing
  * its stderr. */
 void test_run_child(const char *name);
-/* Run child test `name`, which must die of a signal (abort()) with `message` in its stderr. */
+/* Run child test `name`, which must die of a signal (abort()) with `message` in its stderr;
+ * a child that exits TEST_SKIPPED skips the test, its stderr saying why. */
 void test_expect_abort(const char *name, const char *message);
 /* The same with more variables in its environment ("NAME=value", several separated by
  * spaces). */

@@ -138,14 +138,21 @@ static int count(const char *s, const char *needle)
 	return n;
 }
 
+/* A new empty file for a trace. */
+static void trace_path(char path[32])
+{
+	strcpy(path, "/tmp/weft-trace-XXXXXX");
+	int fd = mkstemp(path);
+	CHECK(fd >= 0);
+	close(fd);
+}
+
 /* ---- tests ----------------------------------------------------------------------------------- */
 
 TEST(trace_of_a_known_program)
 {
-	char path[] = "/tmp/weft-trace-XXXXXX";
-	int fd = mkstemp(path);
-	CHECK(fd >= 0);
-	close(fd);
+	char path[32];
+	trace_path(path);
 	setenv("WEFT_TRACE", path, 1);
 	/* One worker: the main task reaches weft_join before either task has run, so the trace
 	 * holds a park in join. With two, on a slow machine (qemu), the other worker could finish
@@ -296,10 +303,8 @@ static int flushes_midway(void *path)
 
 TEST(trace_flush_writes_so_far_and_records_on)
 {
-	char path[] = "/tmp/weft-trace-XXXXXX";
-	int fd = mkstemp(path);
-	CHECK(fd >= 0);
-	close(fd);
+	char path[32];
+	trace_path(path);
 	setenv("WEFT_TRACE", path, 1);
 	CHECK_EQ(weft_run(flushes_midway, path), 0);
 	unsetenv("WEFT_TRACE");
@@ -333,10 +338,8 @@ TEST(child_terminated)
 
 TEST(sigterm_writes_the_trace_and_the_statistics)
 {
-	char path[] = "/tmp/weft-trace-XXXXXX", cmd[1024], err[8192];
-	int fd = mkstemp(path);
-	CHECK(fd >= 0);
-	close(fd);
+	char path[32], cmd[1024], err[8192];
+	trace_path(path);
 	snprintf(cmd, sizeof cmd, "WEFT_TRACE=%s WEFT_STATS=1 %s child_terminated", path,
 		 test_argv0);
 	int st = test_spawn(cmd, err, sizeof err);

@@ -518,6 +518,28 @@ static int connack(int version, const char *id, int clean, uint32_t expiry, int 
 
 #define BIG 32768
 
+/* QoS 1 messages of BIG bytes, each numbered (to know it again), until one is not acknowledged
+ * (a store that failed) or max went: how many were acknowledged. */
+static int publish_until_unacked(int s, const char *topic, int max)
+{
+	static char payload[BIG];
+	static uint8_t b[BIG + 128];
+	int acked = 0;
+	for (; acked < max; acked++) {
+		memset(payload, 'x', sizeof payload);
+		char num[8];
+		snprintf(num, sizeof num, "%07d", acked);
+		memcpy(payload, num, 7);
+		mq_pub_enc e = { 4, 1, 0, 0, (uint16_t)(acked + 1), topic, (uint16_t)strlen(topic),
+				 NULL, 0, payload, sizeof payload, NULL, 0 };
+		size_t n = mq_enc_publish(b, &e);
+		if (write(s, b, n) != (ssize_t)n || next_packet(s, b, sizeof b) < 0)
+			break;
+		CHECK_EQ(b[0], 0x40);
+	}
+	return acked;
+}
+
 TEST(persistent_sessions_refused_while_store_fails)
 {
 	test_skip_emulated();
@@ -532,20 +554,7 @@ TEST(persistent_sessions_refused_while_store_fails)
 	close(s);
 	/* fill the store until a message is not acknowledged: the store failed */
 	CHECK_EQ(connack(4, "filler", 1, 0, &s), 0);
-	static char payload[BIG];
-	int acked = 0;
-	for (; acked < 200; acked++) {
-		memset(payload, 'x', sizeof payload);
-		char num[8];
-		snprintf(num, sizeof num, "%07d", acked);
-		memcpy(payload, num, 7); /* its number, to know it again */
-		mq_pub_enc e = { 4, 1, 0, 0, (uint16_t)(acked + 1), "full/x", 6, NULL, 0,
-				 payload, sizeof payload, NULL, 0 };
-		n = mq_enc_publish(b, &e);
-		if (write(s, b, n) != (ssize_t)n || next_packet(s, b, sizeof b) < 0)
-			break;
-		CHECK_EQ(b[0], 0x40);
-	}
+	int acked = publish_until_unacked(s, "full/x", 200);
 	close(s);
 	fprintf(stderr, "the store failed after %d messages of %d bytes\n", acked, BIG);
 	CHECK(acked > 0 && acked < 200);
@@ -756,20 +765,7 @@ TEST(long_store_failure_keeps_the_rest_serving)
 	/* fill the store with big messages until one is not acknowledged: it failed */
 	int s;
 	CHECK_EQ(connack(4, "filler", 1, 0, &s), 0);
-	static char payload[BIG];
-	int acked = 0;
-	for (; acked < FILL_MAX; acked++) {
-		memset(payload, 'x', sizeof payload);
-		char num[8];
-		snprintf(num, sizeof num, "%07d", acked);
-		memcpy(payload, num, 7);
-		mq_pub_enc e = { 4, 1, 0, 0, (uint16_t)(acked + 1), "flood/big", 9, NULL, 0,
-				 payload, sizeof payload, NULL, 0 };
-		n = mq_enc_publish(b, &e);
-		if (write(s, b, n) != (ssize_t)n || next_packet(s, b, sizeof b) < 0)
-			break;
-		CHECK_EQ(b[0], 0x40);
-	}
+	int acked = publish_until_unacked(s, "flood/big", FILL_MAX);
 	close(s);
 	fprintf(stderr, "the store failed after %d messages of %d bytes\n", acked, BIG);
 	CHECK(acked > 0 && acked < FILL_MAX);
