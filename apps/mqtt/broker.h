@@ -522,6 +522,7 @@ enum {
 	ST_DROP_QUEUE_BYTES, /* QoS 1/2 deliveries dropped: max_queued_bytes reached */
 	ST_REFUSED_MAX_CONN, /* connections closed at accept: max_connections reached */
 	ST_REFUSED_RATE,    /* connections closed at accept: max_connection_rate exceeded */
+	ST_PASSWORD_CHECKS, /* passwords checked against password_file */
 	ST_REFUSED_PACE,    /* CONNECTs answered "try later" unchecked: password checks of their
 			     * address, or of their name there, booked AUTH_MAX_WAIT ahead */
 	ST_COUNT

@@ -127,6 +127,9 @@ static void broker_metrics(tbuf *b)
 		(unsigned long long)stats_sum(ST_REFUSED_MAX_CONN));
 	tprintf(b, "weft_mqtt_connections_refused_total{reason=\"rate\"} %llu\n",
 		(unsigned long long)stats_sum(ST_REFUSED_RATE));
+	one(b, "weft_mqtt_password_checks_total", "counter",
+	    "Passwords checked against password_file, right or wrong.",
+	    stats_sum(ST_PASSWORD_CHECKS));
 	one(b, "weft_mqtt_password_checks_refused_total", "counter",
 	    "CONNECTs told to try later without a password check: the pace of their address, or of "
 	    "their name there, was booked 10 s ahead.",

@@ -19,10 +19,11 @@
 // does not reload password files on SIGHUP, so those checks are made against weft-mqtt only;
 // everything else passes against mosquitto 2.0.11 too.
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import {
-	test, startBroker, client, raw, run, start, until, eq, assert, sleep, BROKER, have, skip, packet, str,
+	test, startBroker, client, raw, run, start, until, eq, assert, sleep, BROKER, have, skip, packet, str, freePort,
 	u16, subscribePacket, PUBLISH, SUBACK,
 } from './lib.mjs';
 
@@ -170,6 +171,33 @@ test('sec_parallel_guesses_bounded_v5', async () => {
 	eq(await connackCode(4, { username: 'alice', password: 'alice-pw' }), 3,
 		'3.1.1, right password during the flood: server unavailable, not bad credentials');
 	eq(await connackCode(5, { username: 'bob', password: 'bob-pw' }), 0, 'bob at the same address gets in');
+});
+
+// A CONNECT whose connection is reset before the broker handles it has no address to pace its
+// check by: it must not be checked at all (checked unpaced, resets were a way round the pace,
+// the will of the right guess telling the answer). 40 guesses, each a raw CONNECT with a will
+// and a reset straight after: however the resets race the broker, no more than the pace's
+// checks are made (5 at once, one every 2 s).
+test('sec_reset_after_connect_gets_no_unpaced_check_v5', async () => {
+	if (!weft) skip('mosquitto has no limit on failed logins');
+	const f = await files();
+	const mport = await freePort();
+	const b = await secureBroker(f, { allow_anonymous: 'false', metrics_listener: `${mport} 127.0.0.1` });
+	// 5.0 CONNECT: will flag, username, password; empty properties and will properties
+	const connect = (i) => packet(1, 0, Buffer.concat([str('MQTT'), Buffer.from([5, 0xC6, 0, 60, 0]),
+		str('rst' + i), Buffer.from([0]), str('oracle/' + i), str('w'), str('alice'), str('guess' + i)]));
+	for (let i = 0; i < 40; i++) {
+		await new Promise((resolve) => {
+			const s = net.connect(b.port, '127.0.0.1', () => {
+				s.write(connect(i), () => { s.resetAndDestroy(); resolve(); });
+			});
+			s.on('error', resolve);
+		});
+	}
+	await sleep(500);
+	const text = await (await fetch(`http://127.0.0.1:${mport}/metrics`)).text();
+	const m = +text.match(/^weft_mqtt_password_checks_total (\d+)$/m)[1];
+	assert(m <= 6, `${m} password checks for 40 reset CONNECTs within a second (the pace allows 5, and a sixth after 2 s)`);
 });
 
 // Every rule kind with MQTT.js 5.0: what is allowed gets through, what is denied is refused
