@@ -758,7 +758,9 @@ static int process(conn *c, rd *b, bool *will)
 	uint32_t off = 0;
 	int r = 0;
 	ebr_enter(&c->rd);
-	while (!r && off < b->len) {
+	/* a kick (shutdown, take-over) stops the batch between packets: a bufferful of pipelined
+	 * SUBSCRIBEs, each a snapshot of the retained messages, would hold a shutdown for long */
+	while (!r && off < b->len && !atomic_load_explicit(&c->kick_rc, memory_order_relaxed)) {
 		int hdr;
 		long total = mq_frame(b->buf + off, b->len - off, &hdr);
 		if (total < 0) {

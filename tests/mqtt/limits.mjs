@@ -19,7 +19,7 @@
 // (limits_packet_too_large_v5), and left the 4th connection open (limits_max_connections).
 import http from 'node:http';
 import {
-	test, startBroker, client, raw, until, eq, assert, sleep, freePort, connectPacket,
+	test, startBroker, stopBroker, client, raw, until, eq, assert, sleep, freePort, connectPacket,
 	subscribePacket, publishPacket, packet, str, u16, varint, bystanders, brokerRssKb,
 	brokerSanitized, BROKER, CONNACK, PUBLISH, PUBACK, SUBACK, DISCONNECT,
 } from './lib.mjs';
@@ -275,4 +275,31 @@ test('limits_backlog_pinging_nonreader_bounded_v311', async () => {
 	await sleep(200);
 	eq(new Set(last()).size, R, 'every retained message of the last SUBSCRIBE');
 	eq(last().length, R, '...each once');
+});
+
+// A client pipelines SUBSCRIBEs to # over many retained messages, reads nothing, and leaves:
+// the broker works through the SUBSCRIBEs it had read, a snapshot of the retained set each. A
+// shutdown then must not wait for the rest of that bufferful (it took 30 s with 100,000
+// retained messages): the batch stops at the kick, between packets.
+test('limits_shutdown_stops_a_batch_of_pipelined_subscribes_v311', async () => {
+	await startBroker();
+	const pub = await client(4);
+	const R = 50000;
+	for (let i = 0; i < R; i++) {
+		pub.publish(`st/${i}`, 'r', { qos: 0, retain: true });
+		if (i % 1000 === 999) await sleep(1);
+	}
+	await pub.publishAsync('st/sync', 'x', { qos: 1 });
+	const storm = await raw();
+	storm.sock.pause();
+	const subs = [];
+	for (let i = 1; i <= 1500; i++) subs.push(subscribePacket(i, '#', 0));
+	await storm.send(Buffer.concat([connectPacket({ version: 4, clientId: 'storm' }), ...subs]));
+	await sleep(300);
+	storm.close();
+	const t = Date.now();
+	const bad = await stopBroker(); // SIGTERM, and an error when it has not exited in 5 s
+	assert(!bad, bad);
+	console.error(`  stopped in ${Date.now() - t} ms`);
+	await startBroker(); // the runner checks the broker is there at the end
 });
