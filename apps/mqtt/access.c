@@ -102,6 +102,25 @@ acl_client *access_binding(session *s)
 	return a && acl_stale(a) ? rebind(s, a) : a;
 }
 
+bool access_will_allowed(session *s, const msg *m)
+{
+	if (!access_acl_on)
+		return true;
+	/* a session restored from the store has no binding until its client is back: bind its
+	 * owner, whose will it is */
+	WEFT_WITH_LOCK(&s->lock)
+		if (!atomic_load_explicit(&s->acl, memory_order_acquire))
+			access_bind(s, s->owner, s->owner_len);
+	ebr_reader r; /* the binding is freed through epoch.c: read it inside a section */
+	ebr_register(&r);
+	ebr_enter(&r);
+	acl_client *a = access_binding(s);
+	bool ok = a && acl_check(a, m->topic, m->topic_len, ACL_WRITE);
+	ebr_leave(&r);
+	ebr_unregister(&r);
+	return ok;
+}
+
 bool access_read_slow(session *s, acl_client *a, const msg *m)
 {
 	if (acl_stale(a))

@@ -386,6 +386,10 @@ static inline bool access_read(session *s, const msg *m)
 	struct acl_client *a = atomic_load_explicit(&s->acl, memory_order_acquire);
 	return !a || access_read_slow(s, a, m);
 }
+/* Whether s's client may write its will's topic under the rules in force now (a reload or a
+ * restart since its CONNECT may have changed them); a restored session unbound so far is bound
+ * to its owner first. Takes s's lock: call it without. */
+bool access_will_allowed(session *s, const msg *m);
 /* Free s's binding (the session is being freed: nobody reads it any more). */
 void access_unbind(session *s);
 

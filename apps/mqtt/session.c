@@ -143,8 +143,18 @@ static void session_end(session *s)
 	session_unref(s);
 }
 
-static void publish_will(msg *m)
+/* Publish s's will m, if its client may still write there (checked again now, as mosquitto
+ * does: the CONNECT's check may be a reload or a restart old). */
+static void publish_will(session *s, msg *m)
 {
+	if (!access_will_allowed(s, m)) {
+		if (conf.verbose)
+			fprintf(stderr, "weft-mqtt: will of %.*s not published: its client may no "
+					"longer write %.*s\n",
+				(int)s->id_len, s->client_id, (int)m->topic_len, m->topic);
+		msg_unref(m);
+		return;
+	}
 	if (m->retain) {
 		topic_retain(m);
 		persist_retained(m, NULL);
@@ -303,7 +313,7 @@ session *session_attach(conn *c, const char *id, uint16_t n, bool clean, bool *p
 			persist_session_gone(old, c);
 		}
 		if (will)
-			publish_will(will);
+			publish_will(old, will);
 		session_end(old);
 	}
 	return s;
@@ -422,7 +432,7 @@ void session_detach(conn *c, bool publish_will_now)
 	if (conf.detach_delay_ms)
 		weft_sleep_until(weft_now() + (int64_t)conf.detach_delay_ms * 1000000);
 	if (will)
-		publish_will(will);
+		publish_will(s, will);
 	if (mine)
 		session_end(s);
 	c->s = NULL;
@@ -455,7 +465,7 @@ static void reap_one(session *s, int64_t now)
 		}
 	}
 	if (will)
-		publish_will(will);
+		publish_will(s, will);
 	if (expired)
 		session_end(s);
 }

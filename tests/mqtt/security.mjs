@@ -300,6 +300,24 @@ test('sec_will_v5', async () => {
 	eq(got(admin), ['alice/will gone'], 'only the will to a writable topic is published');
 });
 
+// A will is checked again when it is published, as mosquitto does: a reload between the CONNECT
+// and the will's delay that takes away the client's write access keeps it unpublished.
+test('sec_will_checked_when_published_v5', async () => {
+	const f = await files();
+	const b = await secureBroker(f);
+	const admin = await as('admin');
+	await admin.subscribeAsync('#', { qos: 1 });
+	const alice = await as('alice', 5, {
+		clientId: 'w-late', properties: { sessionExpiryInterval: 30 },
+		will: { topic: 'alice/will', payload: 'gone', qos: 1, properties: { willDelayInterval: 1 } },
+	});
+	alice.stream.destroy();
+	writeFileSync(f.acl, ACL.replace('topic readwrite alice/#', 'topic read alice/#'));
+	b.child.kill('SIGHUP');
+	await sleep(2500);
+	eq(got(admin), [], 'the will of a client no longer allowed to write there is not published');
+});
+
 test('sec_sighup_reload_v5', async () => {
 	const f = await files();
 	const b = await secureBroker(f);
