@@ -839,8 +839,9 @@ int weft_connect(int fd, const struct sockaddr *addr, socklen_t len, int64_t dea
 /* Close fd; tasks waiting on it wake with -EBADF. 0 or -errno. */
 int weft_close(int fd);
 
-/* A listening TCP socket on host:port (host NULL or "": all addresses; IPv4 or IPv6; port 0:
- * any). Returns the fd or -errno. Name resolution runs on the blocking pool. */
+/* A listening TCP socket on host:port (host NULL or "": all addresses, IPv6 and IPv4 on one
+ * dual-stack socket where the host has IPv6; port 0: any). Returns the fd or -errno. Name
+ * resolution runs on the blocking pool. */
 int weft_tcp_listen(const char *host, int port, int backlog);
 /* A TCP connection to host:port (TCP_NODELAY set), tried address by address until one
  * answers or the deadline passes. Returns the fd or -errno. A name is resolved on the blocking

@@ -344,19 +344,29 @@ int weft_tcp_listen(const char *host, int port, int backlog)
 	if (err)
 		return err;
 	err = -EADDRNOTAVAIL;
-	for (struct addrinfo *a = res; a; a = a->ai_next) {
-		fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-		if (fd < 0) {
+	/* All addresses: IPv6's "::" first, made dual-stack (IPv4 clients come as ::ffff:a.b.c.d),
+	 * since getaddrinfo lists 0.0.0.0 first and a listener there refuses every IPv6 client;
+	 * 0.0.0.0 where the host has no IPv6. */
+	bool any = !host || !*host;
+	for (int pass = any ? 0 : 1; pass < 2 && fd < 0; pass++) {
+		for (struct addrinfo *a = res; a; a = a->ai_next) {
+			if (pass == 0 && a->ai_family != AF_INET6)
+				continue;
+			fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+			if (fd < 0) {
+				err = -errno;
+				continue;
+			}
+			int one = 1, zero = 0;
+			setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+			if (pass == 0)
+				setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+			if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, backlog) == 0)
+				break;
 			err = -errno;
-			continue;
+			sys_close(fd);
+			fd = -1;
 		}
-		int one = 1;
-		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-		if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, backlog) == 0)
-			break;
-		err = -errno;
-		sys_close(fd);
-		fd = -1;
 	}
 	freeaddrinfo(res);
 	return fd >= 0 ? fd : err;
