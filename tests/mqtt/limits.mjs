@@ -21,7 +21,7 @@ import http from 'node:http';
 import {
 	test, startBroker, stopBroker, client, raw, until, eq, assert, sleep, freePort, connectPacket,
 	subscribePacket, publishPacket, packet, str, u16, varint, bystanders, brokerRssKb,
-	brokerSanitized, BROKER, CONNACK, PUBLISH, PUBACK, SUBACK, DISCONNECT,
+	brokerSanitized, ownBrokers, BROKER, CONNACK, PUBLISH, PUBACK, SUBACK, DISCONNECT,
 } from './lib.mjs';
 
 function scrape(port) {
@@ -282,6 +282,7 @@ test('limits_backlog_pinging_nonreader_bounded_v311', async () => {
 // shutdown then must not wait for the rest of that bufferful (it took 30 s with 100,000
 // retained messages): the batch stops at the kick, between packets.
 test('limits_shutdown_stops_a_batch_of_pipelined_subscribes_v311', async () => {
+	ownBrokers(); // it stops its broker
 	await startBroker();
 	const pub = await client(4);
 	const R = 50000;
