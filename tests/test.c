@@ -166,12 +166,18 @@ static void env_prefix(char *out, size_t cap, const char *vars)
 		n += (size_t)snprintf(out + n, cap - n, "%s %s", qemu ? " -E" : "", v);
 }
 
+int test_spawn_child_env(const char *vars, const char *name, char *err, size_t cap)
+{
+	char prefix[1024] = "";
+	if (vars)
+		env_prefix(prefix, sizeof prefix, vars);
+	return spawn_child(prefix, name, err, cap);
+}
+
 void test_expect_abort_env(const char *var, const char *name, const char *message)
 {
-	char err[4096], prefix[1024] = "";
-	if (var)
-		env_prefix(prefix, sizeof prefix, var);
-	int st = spawn_child(prefix, name, err, sizeof err);
+	char err[4096];
+	int st = test_spawn_child_env(var, name, err, sizeof err);
 	if (st == TEST_SKIPPED)
 		test_skip("%s", err);
 	if (st >= 0 || !strstr(err, message))

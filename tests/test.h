@@ -108,6 +108,9 @@ const char *test_tmpdir(void);
  * setenv before the call reaches weft's start-up); fails the test when the child fails, showing
  * its stderr. */
 void test_run_child(const char *name);
+/* Run child test `name` with `vars` ("A=1 B=2", or NULL) added to its environment (under qemu
+ * too): its status (as test_spawn), its stderr in err. */
+int test_spawn_child_env(const char *vars, const char *name, char *err, size_t cap);
 /* Run child test `name`, which must die of a signal (abort()) with `message` in its stderr;
  * a child that exits TEST_SKIPPED skips the test, its stderr saying why. */
 void test_expect_abort(const char *name, const char *message);

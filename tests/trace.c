@@ -338,11 +338,10 @@ TEST(child_terminated)
 
 TEST(sigterm_writes_the_trace_and_the_statistics)
 {
-	char path[32], cmd[1024], err[8192];
+	char path[32], vars[64], err[8192];
 	trace_path(path);
-	snprintf(cmd, sizeof cmd, "WEFT_TRACE=%s WEFT_STATS=1 %s child_terminated", path,
-		 test_argv0);
-	int st = test_spawn(cmd, err, sizeof err);
+	snprintf(vars, sizeof vars, "WEFT_TRACE=%s WEFT_STATS=1", path);
+	int st = test_spawn_child_env(vars, "child_terminated", err, sizeof err);
 	CHECK_EQ(st, -SIGTERM);
 	CHECK(strstr(err, "weft: statistics") != NULL);
 	char *s = slurp(path);
