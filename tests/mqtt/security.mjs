@@ -177,7 +177,7 @@ test('sec_parallel_guesses_bounded_v5', async () => {
 // check by: it must not be checked at all (checked unpaced, resets were a way round the pace,
 // the will of the right guess telling the answer). 40 guesses, each a raw CONNECT with a will
 // and a reset straight after: however the resets race the broker, no more than the pace's
-// checks are made (5 at once, one every 2 s).
+// checks are made (5 at once, then one every 2 s of the test's time).
 test('sec_reset_after_connect_gets_no_unpaced_check_v5', async () => {
 	if (!weft) skip('mosquitto has no limit on failed logins');
 	const f = await files();
@@ -186,6 +186,7 @@ test('sec_reset_after_connect_gets_no_unpaced_check_v5', async () => {
 	// 5.0 CONNECT: will flag, username, password; empty properties and will properties
 	const connect = (i) => packet(1, 0, Buffer.concat([str('MQTT'), Buffer.from([5, 0xC6, 0, 60, 0]),
 		str('rst' + i), Buffer.from([0]), str('oracle/' + i), str('w'), str('alice'), str('guess' + i)]));
+	const t0 = Date.now();
 	for (let i = 0; i < 40; i++) {
 		await new Promise((resolve) => {
 			const s = net.connect(b.port, '127.0.0.1', () => {
@@ -197,7 +198,8 @@ test('sec_reset_after_connect_gets_no_unpaced_check_v5', async () => {
 	await sleep(500);
 	const text = await (await fetch(`http://127.0.0.1:${mport}/metrics`)).text();
 	const m = +text.match(/^weft_mqtt_password_checks_total (\d+)$/m)[1];
-	assert(m <= 6, `${m} password checks for 40 reset CONNECTs within a second (the pace allows 5, and a sixth after 2 s)`);
+	const allowed = 5 + Math.ceil((Date.now() - t0) / 2000); // a slow broker (TSan) gets more turns
+	assert(m <= allowed, `${m} password checks for 40 reset CONNECTs in ${Date.now() - t0} ms (the pace allows ${allowed})`);
 });
 
 // Every rule kind with MQTT.js 5.0: what is allowed gets through, what is denied is refused
