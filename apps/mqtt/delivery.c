@@ -178,27 +178,40 @@ static uint16_t new_pid(session *s)
 	}
 }
 
-static void inflight_append(session *s, dlv *d)
+/* The two lists of a session (inflight, queue) are singly linked with a tail. */
+static void list_append(dlv **head, dlv **tail, dlv *d)
 {
 	d->next = NULL;
-	if (s->inflight_tail)
-		s->inflight_tail->next = d;
+	if (*tail)
+		(*tail)->next = d;
 	else
-		s->inflight = d;
-	s->inflight_tail = d;
+		*head = d;
+	*tail = d;
+}
+
+static void inflight_append(session *s, dlv *d)
+{
+	list_append(&s->inflight, &s->inflight_tail, d);
 	s->ninflight++;
+}
+
+/* Take d, which follows prev (NULL: d is first), out of the inflight list. */
+static void inflight_unlink(session *s, dlv *prev, dlv *d)
+{
+	if (prev)
+		prev->next = d->next;
+	else
+		s->inflight = d->next;
+	if (s->inflight_tail == d)
+		s->inflight_tail = prev;
+	s->ninflight--;
 }
 
 /* The queue beyond the inflight window, counted in messages and payload bytes (the two limits
  * of max_queued_messages and max_queued_bytes). Lock held. */
 static void queue_append(session *s, dlv *d)
 {
-	d->next = NULL;
-	if (s->queue_tail)
-		s->queue_tail->next = d;
-	else
-		s->queue = d;
-	s->queue_tail = d;
+	list_append(&s->queue, &s->queue_tail, d);
 	s->nqueued++;
 	s->queued_bytes += d->m->payload_len;
 	stats_add(ST_QUEUED, 1);
@@ -420,15 +433,8 @@ static dlv *inflight_find(session *s, uint16_t pid, int qos, int state, bool unl
 			continue;
 		if (d->qos != qos || d->state != state)
 			return NULL;
-		if (unlink) {
-			if (prev)
-				prev->next = d->next;
-			else
-				s->inflight = d->next;
-			if (s->inflight_tail == d)
-				s->inflight_tail = prev;
-			s->ninflight--;
-		}
+		if (unlink)
+			inflight_unlink(s, prev, d);
 		return d;
 	}
 	return NULL;
@@ -514,13 +520,7 @@ void session_resume(session *s, conn *by)
 			if (r < 0) { /* too large for this connection: dropped */
 				if (d->mid)
 					persist_ack(s, d->pid);
-				if (prev)
-					prev->next = next;
-				else
-					s->inflight = next;
-				if (s->inflight_tail == d)
-					s->inflight_tail = prev;
-				s->ninflight--;
+				inflight_unlink(s, prev, d);
 				msg_unref(d->m);
 				pool_free(d);
 			} else {

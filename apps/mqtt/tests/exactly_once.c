@@ -540,6 +540,14 @@ static int publish_until_unacked(int s, const char *topic, int max)
 	return acked;
 }
 
+/* The number publish_until_unacked wrote at the start of pk's payload. */
+static int payload_number(const mq_packet *pk)
+{
+	char num[8];
+	snprintf(num, sizeof num, "%.7s", (const char *)pk->publish.payload.p);
+	return atoi(num);
+}
+
 TEST(persistent_sessions_refused_while_store_fails)
 {
 	test_skip_emulated();
@@ -584,9 +592,7 @@ TEST(persistent_sessions_refused_while_store_fails)
 		CHECK_EQ(mq_decode(b, (size_t)len, 4, &pk), 0);
 		CHECK_EQ(pk.type, MQ_PUBLISH);
 		CHECK_EQ(pk.publish.payload.len, BIG);
-		char num[8];
-		snprintf(num, sizeof num, "%.7s", (const char *)pk.publish.payload.p);
-		int i = atoi(num);
+		int i = payload_number(&pk);
 		CHECK(i >= 0 && i < 200);
 		if (!got[i]++)
 			distinct += i < acked;
@@ -827,9 +833,7 @@ TEST(long_store_failure_keeps_the_rest_serving)
 		CHECK_EQ(mq_decode(b, (size_t)len, 4, &pk), 0);
 		CHECK_EQ(pk.type, MQ_PUBLISH);
 		if (pk.publish.payload.len == BIG) {
-			char num[8];
-			snprintf(num, sizeof num, "%.7s", (const char *)pk.publish.payload.p);
-			int i = atoi(num);
+			int i = payload_number(&pk);
 			CHECK(i >= 0 && i < FILL_MAX);
 			if (!got[i]++)
 				distinct += i < acked;
