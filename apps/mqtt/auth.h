@@ -124,6 +124,8 @@ void auth_set_limits(const auth_limits *l);
 int auth_turn(const auth_req *r, int64_t *at);
 /* Give back the turns of a right password (auth_check calls it). */
 void auth_turn_refund(const auth_req *r);
+/* Give back the one turn r booked, its check not made after all. */
+void auth_turn_cancel(const auth_req *r);
 /* Forget every address (tests). */
 void auth_limit_reset(void);
 

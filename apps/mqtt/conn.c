@@ -45,6 +45,20 @@
 #define PARTIAL_TIMEOUT_S 60  /* a half-sent packet with keep-alive off */
 #define IN_ALIAS_MAX 10       /* topic aliases a client may set (as mosquitto) */
 
+/*
+ * Memory a client may make the broker hold before it is authenticated. The first packet may
+ * be at most MAX_CONNECT long: five strings of 64 KiB (client id, will topic and payload,
+ * username, password) and the properties of any client library leave it far from this, and
+ * without the cap a stranger could make each connection hold 256 MB. A CONNECT waiting for
+ * its password's turn (pace.c) keeps its read buffer for up to 10 s, so those waits together
+ * may hold at most WAITING_BYTES; past that a CONNECT is told "try later" unchecked, as one
+ * past the pace's horizon is. Rejected: copying the credentials out and freeing the buffer
+ * during the wait, which bounds each waiter but not how many addresses send them.
+ */
+#define MAX_CONNECT (512u << 10)
+#define WAITING_BYTES (64l << 20)
+static atomic_long waiting_bytes;
+
 static weft_mutex list_lock = WEFT_MUTEX_INIT;
 static conn *all;
 static long nconns;
@@ -231,7 +245,50 @@ static void subrec_del(session *s, const uint8_t *f, uint16_t len)
 
 /* Who is connecting: the password file (when there is one, at the pace of pace.c) and
  * allow_anonymous decide; a refusal is answered. Keeps the username for the ACL. */
-static int authenticate(conn *c, mq_packet *pk)
+/* The largest packet a connected client may send: the message size limit and room for a
+ * PUBLISH's topic and properties, or what the protocol allows. */
+static uint32_t in_packet_limit(void)
+{
+	return conf.message_size_limit ? (uint32_t)conf.message_size_limit + 65536 + 1024
+				       : 268435460;
+}
+
+/* Book pk's password check a turn (pace.c) and wait for it, unless it is too far ahead or the
+ * waits already hold WAITING_BYTES: 0 once its turn came, -1 when refused or kicked. held is
+ * the memory the wait keeps (the read buffer). */
+static int await_turn(conn *c, const auth_req *r, int version, long held)
+{
+	int64_t at;
+	bool busy = auth_turn(r, &at) < 0;
+	if (!busy && r->now < at &&
+	    atomic_fetch_add(&waiting_bytes, held) + held > WAITING_BYTES) {
+		atomic_fetch_sub(&waiting_bytes, held);
+		auth_turn_cancel(r);
+		busy = true;
+	}
+	if (busy) {
+		if (conf.verbose)
+			fprintf(stderr, "weft-mqtt: CONNECT refused unchecked (password checks of "
+					"its address, or of its name there, booked %d s ahead, or "
+					"CONNECTs waiting hold %ld MB)\n",
+				(int)(AUTH_MAX_WAIT / 1000000000), WAITING_BYTES >> 20);
+		stats_add(ST_REFUSED_PACE, 1);
+		refuse(c, version, MQ_RC_CONNECTION_RATE_EXCEEDED, MQ_V3_UNAVAILABLE);
+		return -1;
+	}
+	if (r->now >= at)
+		return 0;
+	/* outside the batch's read section (a CONNECT comes first: nothing read under it is
+	 * held yet), or epoch.c could free nothing retired meanwhile, for as long as anyone
+	 * waits */
+	ebr_leave(&c->rd);
+	int end = nap_until(c, at);
+	ebr_enter(&c->rd);
+	atomic_fetch_sub(&waiting_bytes, held);
+	return end ? -1 : 0;
+}
+
+static int authenticate(conn *c, mq_packet *pk, size_t len)
 {
 	int v = pk->connect.version;
 	bool anon_ok = conf.allow_anonymous == 1 || (conf.allow_anonymous < 0 && c->loopback);
@@ -261,28 +318,9 @@ static int authenticate(conn *c, mq_packet *pk)
 			.anonymous_ok = anon_ok,
 			.now = weft_now(),
 		};
-		/* wait for this address's and name's turn (auth.h), outside the batch's read
-		 * section (a CONNECT comes first: nothing read under it is held yet), or epoch.c
-		 * could free nothing retired meanwhile, for as long as anyone waits */
-		int64_t at;
-		if (auth_turn(&r, &at) < 0) {
-			if (conf.verbose)
-				fprintf(stderr, "weft-mqtt: CONNECT refused unchecked (password "
-						"checks of its address, or of its name there, booked "
-						"%d s ahead)\n",
-					(int)(AUTH_MAX_WAIT / 1000000000));
-			stats_add(ST_REFUSED_PACE, 1);
-			refuse(c, v, MQ_RC_CONNECTION_RATE_EXCEEDED, MQ_V3_UNAVAILABLE);
+		if (await_turn(c, &r, v, len > RBUF ? (long)len : RBUF) < 0)
 			return -1;
-		}
-		if (r.now < at) {
-			ebr_leave(&c->rd);
-			int end = nap_until(c, at);
-			ebr_enter(&c->rd);
-			if (end)
-				return -1;
-			r.now = weft_now();
-		}
+		r.now = weft_now();
 		stats_add(ST_PASSWORD_CHECKS, 1);
 		auth_result a = auth_check(&r);
 		if (a != AUTH_OK) {
@@ -315,12 +353,12 @@ static int authenticate(conn *c, mq_packet *pk)
 	return 0;
 }
 
-static int on_connect(conn *c, mq_packet *pk)
+static int on_connect(conn *c, mq_packet *pk, size_t len)
 {
 	int v = pk->connect.version;
 	c->version = (uint8_t)v;
 	c->peer_bridge = pk->connect.bridge;
-	if (authenticate(c, pk) < 0)
+	if (authenticate(c, pk, len) < 0)
 		return -1;
 	if (v == 5 && MQ_HAS(&pk->props, MQ_P_AUTH_METHOD)) {
 		refuse(c, v, MQ_RC_BAD_AUTH_METHOD, MQ_V3_NOT_AUTHORIZED);
@@ -404,9 +442,7 @@ static int on_connect(conn *c, mq_packet *pk)
 	if (c->out_alias_max > 64)
 		c->out_alias_max = 64;
 	c->in_alias_max = v == 5 ? IN_ALIAS_MAX : 0;
-	c->max_in_packet = 268435460;
-	if (conf.message_size_limit)
-		c->max_in_packet = (uint32_t)conf.message_size_limit + 65536 + 1024;
+	c->max_in_packet = in_packet_limit();
 
 	uint8_t pb_buf[128 + 64], pkt[256];
 	mq_pb pb = { pb_buf, 0, sizeof pb_buf, 0 };
@@ -666,7 +702,7 @@ static int handle(conn *c, const uint8_t *p, size_t n, bool *will)
 				refuse(c, 5, -r, 0);
 			return -1;
 		}
-		return on_connect(c, &pk) < 0 ? -1 : 0;
+		return on_connect(c, &pk, n) < 0 ? -1 : 0;
 	}
 	if (r < 0)
 		return r;
@@ -771,6 +807,11 @@ static int process(conn *c, rd *b, bool *will)
 			break;
 		if ((uint64_t)total > c->max_in_packet) {
 			r = -MQ_RC_PACKET_TOO_LARGE;
+			/* a CONNECT too large: 5.0 has a CONNACK saying so (the protocol level
+			 * follows the fixed header and "\0\4MQTT"); 3.1.1 just closes */
+			if (!c->connected && b->len - off > (uint32_t)hdr + 6 &&
+			    b->buf[off + hdr + 6] == 5 && (b->buf[off] >> 4) == MQ_CONNECT)
+				refuse(c, 5, MQ_RC_PACKET_TOO_LARGE, 0);
 			break;
 		}
 		if ((uint32_t)total > b->len - off) {
@@ -1026,7 +1067,7 @@ static void conn_register(conn *c, int fd)
 	c->fd = fd;
 	c->loopback = is_loopback(fd);
 	c->version = 4;
-	c->max_in_packet = 268435460;
+	c->max_in_packet = in_packet_limit() < MAX_CONNECT ? in_packet_limit() : MAX_CONNECT;
 	/* batch numbers unique across connections: a new conn at a freed one's address must not
 	 * match the dirty marks that one left in sessions */
 	static _Atomic uint64_t serial;
@@ -1054,8 +1095,7 @@ conn *conn_open_bridge(int fd, tls_conn *t, struct bridge *b, int version, uint1
 	c->version = (uint8_t)version;
 	c->connected = true; /* the CONNACK was read by bridge.c */
 	c->keep_alive = keep_alive;
-	if (conf.message_size_limit)
-		c->max_in_packet = (uint32_t)conf.message_size_limit + 65536 + 1024;
+	c->max_in_packet = in_packet_limit();
 	c->in_alias_max = 0; /* the CONNECT offered the remote no topic aliases */
 	return c;
 }

@@ -92,3 +92,9 @@ void auth_turn_refund(const auth_req *r)
 	rl_refund(limits(PAIRS), r->from, name_tag(r), r->now, true);
 	rl_refund(limits(ADDRS), r->from, 0, r->now, false);
 }
+
+void auth_turn_cancel(const auth_req *r)
+{
+	rl_refund(limits(PAIRS), r->from, name_tag(r), r->now, false);
+	rl_refund(limits(ADDRS), r->from, 0, r->now, false);
+}

@@ -324,9 +324,10 @@ export function publishPacket(topic, payload, { qos = 0, id = 1, retain = false,
 }
 
 // A TCP client that sends what it is told and parses the broker's packets into c.packets as
-// { type, flags, body }. c.closed turns true when the broker closes the connection.
-export async function raw(port = broker.port) {
-	const s = net.connect(port, '127.0.0.1');
+// { type, flags, body }. c.closed turns true when the broker closes the connection. localAddress:
+// the source address (any 127.x.y.z).
+export async function raw(port = broker.port, localAddress = undefined) {
+	const s = net.connect({ port, host: '127.0.0.1', localAddress });
 	await new Promise((resolve, reject) => { s.once('connect', resolve); s.once('error', reject); });
 	const c = { sock: s, packets: [], closed: false, buf: Buffer.alloc(0) };
 	raws.push(c);

@@ -10,7 +10,8 @@
 // a connection is accepted again once the rate allows); keep-alive (a client that stops
 // sending is disconnected after 1.5 times its keep-alive and its will is published); a client
 // that pings but never reads, with a retained backlog pending while live messages come on its
-// topics, costs the broker bounded memory (the limits of live delivery hold; drops counted).
+// topics, costs the broker bounded memory (the limits of live delivery hold; drops counted); a
+// CONNECT larger than any CONNECT needs is refused as soon as its length is read.
 // mosquitto has no max_connection_rate and no metrics endpoint, and counts max_queued_bytes
 // differently (inflight messages included): against it those tests only start it and pass.
 // Against mosquitto 2.0.11 the others fail where it differs: it checks keep-alives every 5 s
@@ -102,6 +103,35 @@ test('limits_packet_too_large_v5', async () => {
 	const p = await client(5);
 	await p.publishAsync('big/t', 'small');
 	await until(() => other.messages.length === 1, 3000, 'the others go on');
+});
+
+// Before its CONNECT is accepted a stranger may not make the broker hold more than a CONNECT
+// can need (512 KiB): one announcing more is refused as soon as its length is read - 5.0 with
+// CONNACK 0x95, 3.1.1 by a close - while a large real one (300 KB of user properties, a 60 KB
+// will) gets in, and after CONNACK the packet limit is the broker's own again (a 1 MB PUBLISH
+// goes through). mosquitto reads a CONNECT of any size: against it only the last part runs.
+test('limits_connect_too_large_before_connack', async () => {
+	await startBroker();
+	const header = (version) => Buffer.concat([Buffer.from([0x10]), varint(600 << 10), str('MQTT'),
+		Buffer.from([version, 2, 0, 60])]);
+	if (BROKER === 'weft') {
+		for (const version of [5, 4]) {
+			const c = await raw();
+			await c.send(header(version));
+			await until(() => c.closed, 3000, `${version}: closed at the CONNECT's length`);
+			if (version === 5) eq(c.of(CONNACK)[0]?.body[1], 0x95, '5.0: CONNACK packet too large');
+			else eq(c.of(CONNACK).length, 0, '3.1.1: no CONNACK (it has no code for this)');
+		}
+	}
+	const big = await client(5, {
+		properties: { userProperties: Object.fromEntries([0, 1, 2, 3, 4].map((i) => ['k' + i, 'p'.repeat(60000)])) },
+		will: { topic: 'w/big', payload: Buffer.alloc(60000, 119), qos: 0 },
+	});
+	await big.subscribeAsync('big/t');
+	const p = await client(5);
+	await p.publishAsync('big/t', Buffer.alloc(1 << 20, 120));
+	await until(() => big.messages.length === 1, 5000, 'the 1 MB message delivered');
+	eq(big.messages[0].payload.length, 1 << 20, 'whole');
 });
 
 test('limits_max_inflight_v311', async () => {

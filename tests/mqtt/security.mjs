@@ -24,7 +24,7 @@ import os from 'node:os';
 import path from 'node:path';
 import {
 	test, startBroker, client, raw, run, start, until, eq, assert, sleep, BROKER, have, skip, packet, str, freePort,
-	u16, subscribePacket, PUBLISH, SUBACK,
+	u16, varint, subscribePacket, PUBLISH, SUBACK, CONNACK,
 } from './lib.mjs';
 
 const weft = BROKER === 'weft';
@@ -171,6 +171,35 @@ test('sec_parallel_guesses_bounded_v5', async () => {
 	eq(await connackCode(4, { username: 'alice', password: 'alice-pw' }), 3,
 		'3.1.1, right password during the flood: server unavailable, not bad credentials');
 	eq(await connackCode(5, { username: 'bob', password: 'bob-pw' }), 0, 'bob at the same address gets in');
+});
+
+// CONNECTs waiting for their password's turn keep what was read of them; together they may
+// hold at most 64 MiB, and one past that is told at once to try later, unchecked. 200 CONNECTs
+// of 450 KB (user properties) from four addresses under password_pace 2/1, eight names: the
+// pace books each address's 50 within 7 s, so before the bound all 200 waited (90 MB) and
+// none was answered within 3 s; only about 149 fit in 64 MiB (fewer where sending is slow and
+// the first were checked before the last came). Another address is not held up.
+test('sec_waiting_connects_hold_bounded_memory_v5', async () => {
+	if (!weft) skip('mosquitto has no pace of password checks');
+	const f = await files();
+	await secureBroker(f, { allow_anonymous: 'false', password_pace: '2/1' });
+	const prop = Buffer.concat([Buffer.from([0x26]), str('k'), str('p'.repeat(64000))]);
+	const props = Buffer.concat(Array(7).fill(prop));
+	const connect = (id, user, pw, p = props) => packet(1, 0, Buffer.concat([str('MQTT'),
+		Buffer.from([5, 0xC2, 0, 60]), varint(p.length), p, str(id), str(user), str(pw)]));
+	const conns = [];
+	for (let i = 0; i < 200; i++) {
+		const c = await raw(undefined, `127.0.0.${1 + i % 4}`);
+		c.send(connect('wait' + i, 'name' + (i % 8), 'guess'));
+		conns.push(c);
+	}
+	const later = () => conns.filter((c) => c.of(CONNACK)[0]?.body[1] === 0x9F).length;
+	await until(() => later() >= 30, 3000, 'most past 64 MiB told to try later at once');
+	const alice = await raw(undefined, '127.0.0.9');
+	await alice.send(connect('alice', 'alice', 'alice-pw', Buffer.alloc(0)));
+	await until(() => alice.of(CONNACK).length, 3000, "alice's CONNACK");
+	eq(alice.of(CONNACK)[0].body[1], 0, 'alice gets in from another address');
+	for (const c of conns) c.close();
 });
 
 // A CONNECT whose connection is reset before the broker handles it has no address to pace its
