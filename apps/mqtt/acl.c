@@ -33,6 +33,7 @@
 #include <weft.h>
 
 #include "acl.h"
+#include "textfile.h"
 
 typedef struct rule {
 	char *f;
@@ -355,11 +356,9 @@ static const char *parse_line(acl_table *t, char *line, uent **user, bool *in_us
 
 acl_table *acl_table_load(const char *path, char *err, size_t errcap)
 {
-	FILE *f = fopen(path, "r");
-	if (!f) {
-		snprintf(err, errcap, "%s: error: %s", path, strerror(errno));
+	FILE *f = textfile_open(path, err, errcap);
+	if (!f)
 		return NULL;
-	}
 	acl_table *t = calloc(1, sizeof *t);
 	if (!t)
 		abort();

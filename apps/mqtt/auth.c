@@ -27,6 +27,7 @@
 #include <weft.h>
 
 #include "auth.h"
+#include "textfile.h"
 
 #define HASH_LEN 64                 /* SHA-512 */
 #define SALT_MAX 64
@@ -208,11 +209,9 @@ static void table_grow(auth_table *t)
 
 auth_table *auth_table_load(const char *path, const auth_opts *o, char *err, size_t errcap)
 {
-	FILE *f = fopen(path, "r");
-	if (!f) {
-		snprintf(err, errcap, "%s: error: %s", path, strerror(errno));
+	FILE *f = textfile_open(path, err, errcap);
+	if (!f)
 		return NULL;
-	}
 	auth_table *t = table_new(64);
 	char *line = NULL;
 	size_t cap = 0;

@@ -13,6 +13,7 @@
 
 #include "bridge.h"
 #include "broker.h"
+#include "textfile.h"
 
 broker_conf conf;
 
@@ -263,9 +264,10 @@ static int option(broker_conf *c, const char *file, int line, char **w, int nw)
 
 int conf_load(broker_conf *c, const char *file)
 {
-	FILE *f = fopen(file, "r");
+	char why[512];
+	FILE *f = textfile_open(file, why, sizeof why);
 	if (!f) {
-		fprintf(stderr, "weft-mqtt: %s: %s\n", file, strerror(errno));
+		fprintf(stderr, "weft-mqtt: %s\n", why);
 		return -1;
 	}
 	char buf[1024];

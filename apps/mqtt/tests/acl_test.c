@@ -275,6 +275,17 @@ TEST(malformed_lines)
 	}
 	CHECK(!acl_table_load("/nonexistent/acl", err, sizeof err));
 	CHECK(strstr(err, "/nonexistent/acl: error: No such file"));
+	/* a FIFO nobody writes, or a device, in the file's place: refused, not read forever */
+	char fifo[512];
+	snprintf(fifo, sizeof fifo, "%s/fifo.acl", test_tmpdir());
+	CHECK_EQ(mkfifo(fifo, 0600), 0);
+	const char *odd[] = { fifo, "/dev/zero", "/dev/null" };
+	for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
+		char want[600];
+		snprintf(want, sizeof want, "%s: error: not a regular file", odd[i]);
+		CHECK(!acl_table_load(odd[i], err, sizeof err));
+		CHECK(!strcmp(err, want));
+	}
 	/* tabs and CRLF are fine */
 	acl_table *t = acl_table_load(tmpfile_with("ok.acl", "\ttopic\tread\ta/b \r\n\r\n"), err,
 				      sizeof err);

@@ -166,6 +166,12 @@ TEST(malformed_lines)
 	}
 	CHECK(!auth_table_load("/nonexistent/pw", NULL, err, sizeof err));
 	CHECK(strstr(err, "/nonexistent/pw: error: No such file"));
+	/* a FIFO nobody writes in the file's place: refused, not waited for */
+	char fifo[512];
+	snprintf(fifo, sizeof fifo, "%s/fifo.pw", test_tmpdir());
+	CHECK_EQ(mkfifo(fifo, 0600), 0);
+	CHECK(!auth_table_load(fifo, NULL, err, sizeof err));
+	CHECK(strstr(err, ": error: not a regular file"));
 	/* comments, blank lines and CRLF ends are fine; so is an empty file */
 	write_file(path, "\r\n  # x\r\n\t\r\n");
 	auth_table *t = auth_table_load(path, NULL, err, sizeof err);

@@ -1,0 +1,32 @@
+/* textfile.c - see textfile.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "textfile.h"
+
+FILE *textfile_open(const char *path, char *err, size_t errcap)
+{
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	struct stat st;
+	const char *why = NULL;
+	if (fd < 0)
+		why = strerror(errno);
+	else if (fstat(fd, &st) != 0)
+		why = strerror(errno);
+	else if (!S_ISREG(st.st_mode))
+		why = "not a regular file";
+	else if (fcntl(fd, F_SETFL, O_RDONLY) != 0)
+		why = strerror(errno);
+	FILE *f = why ? NULL : fdopen(fd, "r");
+	if (!f) {
+		if (!why)
+			why = strerror(errno);
+		snprintf(err, errcap, "%s: error: %s", path, why);
+		if (fd >= 0)
+			close(fd);
+	}
+	return f;
+}

@@ -1,0 +1,18 @@
+/*
+ * textfile.h - opening the broker's text files (configuration, password and ACL files).
+ *
+ * Only a regular file is read. A FIFO or a device put in a file's place (by mistake or by
+ * someone who may write the directory) would block the reader forever, or feed it without
+ * end; password and ACL files are reloaded by the broker's signal task, which would then
+ * ignore SIGTERM too. The open itself does not block (O_NONBLOCK until the type is known).
+ */
+#ifndef MQTT_TEXTFILE_H
+#define MQTT_TEXTFILE_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+/* path opened for reading, or NULL with "PATH: error: WHY" in err. */
+FILE *textfile_open(const char *path, char *err, size_t errcap);
+
+#endif
