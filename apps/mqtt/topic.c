@@ -26,7 +26,9 @@
  *    is rebuilt at the size its live children need, and dropped when none is left, so a
  *    level that once held 40,000 topics does not keep their slots.
  *  - Shared subscriptions ($share/group/filter) are groups hanging off the filter's node, each
- *    with its own member array (as above) and a round-robin counter.
+ *    with its own member array (as above) and a round-robin counter. A message goes to one
+ *    member that may read it (its ACL checked while picking): picking first and checking
+ *    after dropped the message for the whole group whenever the member picked could not.
  *
  * Matching walks level by level keeping the set of nodes reached so far (exact child, '+'
  * child; a '#' child contributes its subscribers at once), so a deep topic needs no
@@ -508,10 +510,10 @@ typedef struct hit {
 	session *s;
 	uint32_t subid;
 	uint8_t opts;
-	uint8_t shared;
+	uint8_t shared;   /* a group's pick: its read access already checked */
 } hit;
 
-static void add_subs(tnode *n, session *from, route_buf *out, int *nodes)
+static void add_subs(tnode *n, const msg *m, session *from, route_buf *out, int *nodes)
 {
 	subarr *a = atomic_load_explicit(&n->subs, memory_order_acquire);
 	grparr *ga = atomic_load_explicit(&n->groups, memory_order_acquire);
@@ -529,18 +531,20 @@ static void add_subs(tnode *n, session *from, route_buf *out, int *nodes)
 	}
 	for (uint32_t i = 0; ga && i < ga->n; i++) {
 		group *g = ga->g[i];
-		subarr *m = atomic_load_explicit(&g->members, memory_order_acquire);
-		k = m ? atomic_load_explicit(&m->n, memory_order_acquire) : 0;
+		subarr *mb = atomic_load_explicit(&g->members, memory_order_acquire);
+		k = mb ? atomic_load_explicit(&mb->n, memory_order_acquire) : 0;
 		if (!k)
 			continue;
-		/* one member per message, round robin, preferring members that are online */
+		/* one member per message, round robin, preferring members that are online, among
+		 * those that may read it */
 		uint32_t start = atomic_fetch_add_explicit(&g->rr, 1, memory_order_relaxed);
 		session *pick = NULL;
 		uint64_t how = 0;
 		for (uint32_t j = 0; j < k; j++) {
-			const sub *e = &m->e[(start + j) % k];
+			const sub *e = &mb->e[(start + j) % k];
 			session *s = atomic_load_explicit(&e->s, memory_order_relaxed);
-			if (!s || (pick && !atomic_load_explicit(&s->online, memory_order_relaxed)))
+			if (!s || (pick && !atomic_load_explicit(&s->online, memory_order_relaxed)) ||
+			    !access_read(s, m))
 				continue;
 			pick = s;
 			how = atomic_load_explicit(&e->how, memory_order_relaxed);
@@ -569,9 +573,11 @@ static void push_node(route_buf *b, tnode *n)
 }
 
 /* Find every subscription matching topic into out (hits). Returns the nodes that matched. */
-static int match(const char *topic, uint16_t len, session *from, route_buf *out,
-		 route_buf *front, route_buf *next)
+static int match(const msg *m, session *from, route_buf *out, route_buf *front,
+		 route_buf *next)
 {
+	const char *topic = m->topic;
+	uint16_t len = m->topic_len;
 	/* per call, not a lazily set static: publishers match concurrently (a race TSan caught) */
 	const uint32_t hplus = hash("+", 1), hhash = hash("#", 1);
 	int nodes = 0;
@@ -589,7 +595,7 @@ static int match(const char *topic, uint16_t len, session *from, route_buf *out,
 			if (!(depth == 0 && dollar)) {
 				tnode *w = child(n, "#", 1, hhash);
 				if (w)
-					add_subs(w, from, out, &nodes);
+					add_subs(w, m, from, out, &nodes);
 				w = child(n, "+", 1, hplus);
 				if (w)
 					push_node(next, w);
@@ -604,10 +610,10 @@ static int match(const char *topic, uint16_t len, session *from, route_buf *out,
 	}
 	for (uint32_t i = 0; i < front->n; i++) {
 		tnode *n = ((tnode **)front->v)[i];
-		add_subs(n, from, out, &nodes);
+		add_subs(n, m, from, out, &nodes);
 		tnode *w = child(n, "#", 1, hhash); /* "a/#" matches "a" */
 		if (w)
-			add_subs(w, from, out, &nodes);
+			add_subs(w, m, from, out, &nodes);
 	}
 	return nodes;
 }
@@ -622,7 +628,7 @@ int topic_publish(msg *m, session *from, conn *by)
 		ebr_register(&local);
 		ebr_enter(&local);
 	}
-	int nodes = match(m->topic, m->topic_len, from, out, front, next);
+	int nodes = match(m, from, out, front, next);
 	hit *h = out->v;
 	uint32_t n = out->n;
 	if (nodes > 1)
@@ -646,7 +652,7 @@ int topic_publish(msg *m, session *from, conn *by)
 		}
 		if (qos > m->qos)
 			qos = m->qos;
-		if (access_read(h[i].s, m)) {
+		if (h[i].shared || access_read(h[i].s, m)) {
 			session_deliver(h[i].s, m, qos, rap ? m->retain : 0, ids, nids, by);
 			sent++;
 		}
