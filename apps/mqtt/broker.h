@@ -482,7 +482,7 @@ typedef struct conn {
 	int64_t wneed;            /* the writer task writes wbuf once this write is durable */
 	bool writer_running;
 	atomic_int kick_rc;       /* set by conn_kick: the reason to give a 5.0 client */
-	atomic_bool napping;      /* in nap_until (conn.c): conn_kick must wake it */
+	atomic_bool napping;      /* in conn_nap_until (kick.c): conn_kick must wake it */
 	char *user;               /* the CONNECT's username, or the certificate's CN under
 				   * use_identity_as_username (NUL-terminated), or NULL */
 	bool user_proven;         /* user was checked (password_file, certificate): it owns the
@@ -510,8 +510,17 @@ uint8_t *conn_frame(conn *c, uint8_t *buf, size_t *len);
 void conn_mark_dirty(conn *c, session *s);
 void conns_shutdown(void);
 long conns_count(void);
-/* Ask c to end (session take-over, shutdown): its task sees the socket shut. */
+/* Ask c to end (session take-over, shutdown): its task sees the socket shut (kick.c). */
 void conn_kick(conn *c, int reason);
+/* Wait until `until` (weft_now's clock), holding nothing of the broker but the connection,
+ * unless it is kicked or its task cancelled: 0, or -1 when it is to end (kick.c). */
+int conn_nap_until(conn *c, int64_t until);
+/* A CONNACK refusing the connection (before any session): rc5 for 5.0, rc3 for 3.1.1. */
+void conn_refuse(conn *c, int version, int rc5, int rc3);
+/* Establish who pk's client is (password file, certificate, anonymous), waiting for its
+ * password's turn (pace.c) while keeping `held` bytes: 0, or -1 once refused (CONNACK sent)
+ * or kicked (login.c). Sets c->user and c->user_proven. */
+int conn_login(conn *c, const mq_packet *pk, long held);
 void *route_grow(route_buf *b, size_t elem, uint32_t need);
 
 /* ---- statistics (stats.c) ------------------------------------------------------------------ */

@@ -10,7 +10,7 @@
 # libraries are (OpenSSL, SQLite); prod_auth.mk and prod_store.mk build their unit tests.
 MQTT_SRC := $(addprefix apps/mqtt/,codec.c encode.c config.c conn.c epoch.c msg.c pool.c \
 	session.c delivery.c writer.c retained.c deadline.c stats.c topic.c access.c acl.c persist.c metrics.c \
-	bridge.c ratelimit.c pace.c textfile.c)
+	bridge.c ratelimit.c pace.c textfile.c kick.c login.c)
 MQTT_HDR := $(addprefix apps/mqtt/,broker.h codec.h acl.h auth.h ws.h tls.h store.h store_queue.h \
 	bridge.h ratelimit.h textfile.h) include/weft.h
 MQTT_LIBS :=
@@ -39,7 +39,7 @@ MQTT_OBJ := $(MQTT_SRC:apps/mqtt/%.c=$(B)/obj/mqtt/%.o)
 
 ALL   += $(B)/bin/weft-mqtt
 TESTS += $(B)/tests/mqtt_codec $(B)/tests/mqtt_topic $(B)/tests/mqtt_deadline $(B)/tests/mqtt_broker \
-	$(B)/tests/mqtt_access
+	$(B)/tests/mqtt_access $(B)/tests/mqtt_kick
 # The isolation test (tests/isolation.c: others' p99 beside a flooder and a slow reader): with
 # max_publish_rate in every `make test`; with the broker's defaults, where nothing limits the
 # flood and the 2x target is missed on a shared 2-core machine (see the file's header), only

@@ -44,20 +44,11 @@
 #define CONNECT_TIMEOUT_S 10
 #define PARTIAL_TIMEOUT_S 60  /* a half-sent packet with keep-alive off */
 #define IN_ALIAS_MAX 10       /* topic aliases a client may set (as mosquitto) */
-
-/*
- * Memory a client may make the broker hold before it is authenticated. The first packet may
- * be at most MAX_CONNECT long: five strings of 64 KiB (client id, will topic and payload,
- * username, password) and the properties of any client library leave it far from this, and
- * without the cap a stranger could make each connection hold 256 MB. A CONNECT waiting for
- * its password's turn (pace.c) keeps its read buffer for up to 10 s, so those waits together
- * may hold at most WAITING_BYTES; past that a CONNECT is told "try later" unchecked, as one
- * past the pace's horizon is. Rejected: copying the credentials out and freeing the buffer
- * during the wait, which bounds each waiter but not how many addresses send them.
- */
+/* The largest first packet: five strings of 64 KiB (client id, will topic and payload,
+ * username, password) and the properties of any client library leave a CONNECT far from
+ * this; without a cap before CONNECT, a stranger made each connection hold up to 256 MB. */
 #define MAX_CONNECT (512u << 10)
-#define WAITING_BYTES (64l << 20)
-static atomic_long waiting_bytes;
+
 
 static weft_mutex list_lock = WEFT_MUTEX_INIT;
 static conn *all;
@@ -90,38 +81,6 @@ long conns_count(void)
 	WEFT_WITH_LOCK(&list_lock)
 		n = nconns;
 	return n;
-}
-
-/* Connections napping (nap_until) wait on this one condition, and conn_kick wakes them only
- * when the connection it kicks naps: take-overs kick connections that read, and take no lock
- * here; a shutdown kicks every connection, and wakes the nappers with the first that naps. */
-static weft_mutex nap_lock = WEFT_MUTEX_INIT;
-static weft_cond nap_kicked = WEFT_COND_INIT;
-
-void conn_kick(conn *c, int reason)
-{
-	int zero = 0;
-	atomic_compare_exchange_strong(&c->kick_rc, &zero, reason);
-	shutdown(c->fd, SHUT_RD); /* its read ends; writes still go out */
-	/* kick_rc before napping here, napping before kick_rc in nap_until (both sequentially
-	 * consistent): one of the two sees the other's */
-	if (atomic_load(&c->napping))
-		WEFT_WITH_LOCK(&nap_lock)
-			weft_cond_broadcast(&nap_kicked);
-}
-
-/* Wait until `until` (weft_now's clock), holding nothing of the broker but the connection,
- * unless it is kicked or its task cancelled: 0, or -1 when it is to end. */
-static int nap_until(conn *c, int64_t until)
-{
-	int r = 0;
-	atomic_store(&c->napping, true);
-	WEFT_WITH_LOCK(&nap_lock)
-		while (!atomic_load(&c->kick_rc) &&
-		       (r = weft_cond_wait_until(&nap_kicked, &nap_lock, until)) == 0)
-			;
-	atomic_store(&c->napping, false);
-	return atomic_load(&c->kick_rc) || r == -ECANCELED ? -1 : 0;
 }
 
 void conns_shutdown(void)
@@ -201,7 +160,7 @@ static void ws_send_reply(conn *c)
 }
 
 /* A CONNACK refusing the connection (before any session). */
-static void refuse(conn *c, int version, int rc5, int rc3)
+void conn_refuse(conn *c, int version, int rc5, int rc3)
 {
 	uint8_t b[8];
 	size_t n = mq_enc_connack(b, version == 5 ? 5 : 4, 0, version == 5 ? rc5 : rc3, NULL);
@@ -253,126 +212,26 @@ static uint32_t in_packet_limit(void)
 				       : 268435460;
 }
 
-/* Book pk's password check a turn (pace.c) and wait for it, unless it is too far ahead or the
- * waits already hold WAITING_BYTES: 0 once its turn came, -1 when refused or kicked. held is
- * the memory the wait keeps (the read buffer). */
-static int await_turn(conn *c, const auth_req *r, int version, long held)
-{
-	int64_t at;
-	bool busy = auth_turn(r, &at) < 0;
-	if (!busy && r->now < at &&
-	    atomic_fetch_add(&waiting_bytes, held) + held > WAITING_BYTES) {
-		atomic_fetch_sub(&waiting_bytes, held);
-		auth_turn_cancel(r);
-		busy = true;
-	}
-	if (busy) {
-		if (conf.verbose)
-			fprintf(stderr, "weft-mqtt: CONNECT refused unchecked (password checks of "
-					"its address, or of its name there, booked %d s ahead, or "
-					"CONNECTs waiting hold %ld MB)\n",
-				(int)(AUTH_MAX_WAIT / 1000000000), WAITING_BYTES >> 20);
-		stats_add(ST_REFUSED_PACE, 1);
-		refuse(c, version, MQ_RC_CONNECTION_RATE_EXCEEDED, MQ_V3_UNAVAILABLE);
-		return -1;
-	}
-	if (r->now >= at)
-		return 0;
-	/* outside the batch's read section (a CONNECT comes first: nothing read under it is
-	 * held yet), or epoch.c could free nothing retired meanwhile, for as long as anyone
-	 * waits */
-	ebr_leave(&c->rd);
-	int end = nap_until(c, at);
-	ebr_enter(&c->rd);
-	atomic_fetch_sub(&waiting_bytes, held);
-	return end ? -1 : 0;
-}
-
-static int authenticate(conn *c, mq_packet *pk, size_t len)
-{
-	int v = pk->connect.version;
-	bool anon_ok = conf.allow_anonymous == 1 || (conf.allow_anonymous < 0 && c->loopback);
-	mq_bytes u0 = pk->connect.username;
-	const mq_bytes *u = &u0, *pw = &pk->connect.password;
-	bool has_user = pk->connect.has_username;
-	if (c->tls_user) {
-		/* use_identity_as_username: the verified certificate is the credential, its CN the
-		 * username (the CONNECT's is ignored, as mosquitto does) */
-		u0.p = (const uint8_t *)c->tls_user;
-		u0.len = (uint32_t)strlen(c->tls_user);
-		has_user = true;
-	} else if (conf.password_file[0]) {
-		/* No peer (reset before its CONNECT is handled): nobody to answer and no address
-		 * to pace by, so its password is not checked. Checking it unpaced made a reset
-		 * after each CONNECT a way round the pace, with the will telling the answer. */
-		struct sockaddr_storage ss;
-		socklen_t sl = sizeof ss;
-		if (getpeername(c->fd, (struct sockaddr *)&ss, &sl) != 0)
-			return -1;
-		auth_req r = {
-			.user = has_user ? (const char *)u->p : NULL,
-			.user_len = has_user ? u->len : 0,
-			.password = pk->connect.has_password ? pw->p : NULL,
-			.password_len = pk->connect.has_password ? pw->len : 0,
-			.from = (struct sockaddr *)&ss,
-			.anonymous_ok = anon_ok,
-			.now = weft_now(),
-		};
-		if (await_turn(c, &r, v, len > RBUF ? (long)len : RBUF) < 0)
-			return -1;
-		r.now = weft_now();
-		stats_add(ST_PASSWORD_CHECKS, 1);
-		auth_result a = auth_check(&r);
-		if (a != AUTH_OK) {
-			if (conf.verbose)
-				fprintf(stderr, "weft-mqtt: CONNECT refused (%s)\n",
-					a == AUTH_BAD_CREDENTIALS ? "bad username or password"
-								  : "anonymous");
-			refuse(c, v, auth_connack_code(a, 5),
-			       a == AUTH_BAD_CREDENTIALS ? MQ_V3_BAD_USER_OR_PASSWORD
-							 : MQ_V3_NOT_AUTHORIZED);
-			return -1;
-		}
-	} else if (!anon_ok) {
-		/* without a password file a username proves nothing: every client is anonymous */
-		refuse(c, v, MQ_RC_NOT_AUTHORIZED, MQ_V3_NOT_AUTHORIZED);
-		return -1;
-	}
-	/* a username checked against the password file or a certificate is the identity that
-	 * owns sessions (session.c); without either, anyone may claim any name, so every client
-	 * is the same anonymous owner, and the name serves the ACL only */
-	c->user_proven = has_user && (c->tls_user || conf.password_file[0]);
-	if (has_user && (access_acl_on || c->user_proven)) {
-		c->user = malloc(u->len + 1u);
-		if (!c->user)
-			abort();
-		memcpy(c->user, u->p, u->len);
-		c->user[u->len] = 0;
-		c->user_len = (uint16_t)u->len;
-	}
-	return 0;
-}
-
 static int on_connect(conn *c, mq_packet *pk, size_t len)
 {
 	int v = pk->connect.version;
 	c->version = (uint8_t)v;
 	c->peer_bridge = pk->connect.bridge;
-	if (authenticate(c, pk, len) < 0)
+	if (conn_login(c, pk, len > RBUF ? (long)len : RBUF) < 0)
 		return -1;
 	if (v == 5 && MQ_HAS(&pk->props, MQ_P_AUTH_METHOD)) {
-		refuse(c, v, MQ_RC_BAD_AUTH_METHOD, MQ_V3_NOT_AUTHORIZED);
+		conn_refuse(c, v, MQ_RC_BAD_AUTH_METHOD, MQ_V3_NOT_AUTHORIZED);
 		return -1;
 	}
 	if (v < 5 && pk->connect.client_id.len == 0 && !pk->connect.clean) {
-		refuse(c, v, MQ_RC_CLIENT_ID_INVALID, MQ_V3_ID_REJECTED);
+		conn_refuse(c, v, MQ_RC_CLIENT_ID_INVALID, MQ_V3_ID_REJECTED);
 		return -1;
 	}
 	uint16_t ka = pk->connect.keep_alive;
 	bool ka_changed = false;
 	if (conf.max_keepalive && (ka == 0 || ka > conf.max_keepalive)) {
 		if (v < 5) {
-			refuse(c, v, 0, MQ_V3_ID_REJECTED);
+			conn_refuse(c, v, 0, MQ_V3_ID_REJECTED);
 			return -1;
 		}
 		ka = (uint16_t)conf.max_keepalive;
@@ -380,12 +239,12 @@ static int on_connect(conn *c, mq_packet *pk, size_t len)
 	}
 	if (conf.message_size_limit && pk->connect.will &&
 	    pk->connect.will_payload.len > conf.message_size_limit) {
-		refuse(c, v, MQ_RC_PACKET_TOO_LARGE, MQ_V3_UNAVAILABLE);
+		conn_refuse(c, v, MQ_RC_PACKET_TOO_LARGE, MQ_V3_UNAVAILABLE);
 		return -1;
 	}
 	bool persistent = v == 5 ? pk->props.session_expiry > 0 : !pk->connect.clean;
 	if (persistent && !persist_ok()) { /* its state could not be kept: until the store can */
-		refuse(c, v, MQ_RC_SERVER_UNAVAILABLE, MQ_V3_UNAVAILABLE);
+		conn_refuse(c, v, MQ_RC_SERVER_UNAVAILABLE, MQ_V3_UNAVAILABLE);
 		return -1;
 	}
 	c->keep_alive = ka;
@@ -407,7 +266,7 @@ static int on_connect(conn *c, mq_packet *pk, size_t len)
 			fprintf(stderr, "weft-mqtt: CONNECT refused (client id %.*s belongs to "
 					"another user)\n",
 				(int)pk->connect.client_id.len, pk->connect.client_id.p);
-		refuse(c, v, why,
+		conn_refuse(c, v, why,
 		       why == MQ_RC_NOT_AUTHORIZED ? MQ_V3_NOT_AUTHORIZED : MQ_V3_UNAVAILABLE);
 		return -1;
 	}
@@ -486,7 +345,7 @@ static void publish_debt(conn *c)
  * or -1 when it is to end. */
 static int throttle(conn *c)
 {
-	return nap_until(c, c->pub_tat - (int64_t)conf.pub_burst * (int64_t)(1e9 / conf.pub_rate));
+	return conn_nap_until(c, c->pub_tat - (int64_t)conf.pub_burst * (int64_t)(1e9 / conf.pub_rate));
 }
 
 /* How much to read: a client publishing at its max_publish_rate (half its burst owed) gets
@@ -697,9 +556,9 @@ static int handle(conn *c, const uint8_t *p, size_t n, bool *will)
 			return -MQ_RC_PROTOCOL_ERROR;
 		if (r < 0) {
 			if (r == -MQ_RC_UNSUPPORTED_VERSION)
-				refuse(c, 4, 0, MQ_V3_BAD_VERSION);
+				conn_refuse(c, 4, 0, MQ_V3_BAD_VERSION);
 			else if (pk.connect.version == 5)
-				refuse(c, 5, -r, 0);
+				conn_refuse(c, 5, -r, 0);
 			return -1;
 		}
 		return on_connect(c, &pk, n) < 0 ? -1 : 0;
@@ -811,7 +670,7 @@ static int process(conn *c, rd *b, bool *will)
 			 * follows the fixed header and "\0\4MQTT"); 3.1.1 just closes */
 			if (!c->connected && b->len - off > (uint32_t)hdr + 6 &&
 			    b->buf[off + hdr + 6] == 5 && (b->buf[off] >> 4) == MQ_CONNECT)
-				refuse(c, 5, MQ_RC_PACKET_TOO_LARGE, 0);
+				conn_refuse(c, 5, MQ_RC_PACKET_TOO_LARGE, 0);
 			break;
 		}
 		if ((uint32_t)total > b->len - off) {
