@@ -612,6 +612,14 @@ static void *acceptor(void *arg)
 	}
 }
 
+/* MQTT.js where npm can install it (tests/mqtt/install.sh); where it cannot, the test skips. */
+static void install_mqttjs(void)
+{
+	if (system("command -v node >/dev/null") == 0 &&
+	    system("sh '" WEFT_SRC_DIR "/tests/mqtt/install.sh'") != 0)
+		fprintf(stderr, "MQTT.js could not be installed\n");
+}
+
 /*
  * MQTT.js (3.1.1 and 5.0) connects over ws:// to a relay built on ws.c, which passes the MQTT
  * bytes to a real mosquitto: it subscribes, publishes small and 200 kB messages (so packets
@@ -623,6 +631,7 @@ TEST(mqttjs_through_ws)
 	char mqttjs[600];
 	snprintf(mqttjs, sizeof mqttjs, "%s/tests/mqtt/node_modules/mqtt/package.json", WEFT_SRC_DIR);
 	test_skip_emulated();
+	install_mqttjs();
 	if (system("command -v node >/dev/null && PATH=$PATH:/usr/sbin command -v mosquitto "
 		   ">/dev/null && command -v mosquitto_sub >/dev/null") != 0 ||
 	    access(mqttjs, R_OK) != 0)
@@ -757,6 +766,7 @@ TEST(chromium_mqttjs_through_ws)
 	snprintf(bundle, sizeof bundle, "%s/tests/mqtt/node_modules/mqtt/dist/mqtt.min.js",
 		 WEFT_SRC_DIR);
 	test_skip_emulated();
+	install_mqttjs();
 	if (system("command -v chromium >/dev/null && PATH=$PATH:/usr/sbin command -v mosquitto "
 		   ">/dev/null && command -v mosquitto_sub >/dev/null") != 0 ||
 	    access(bundle, R_OK) != 0)
