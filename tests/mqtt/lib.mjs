@@ -120,7 +120,10 @@ export async function startBroker(conf = {}, mosquittoOnly = {}) {
 				s.on('error', () => resolve(false));
 			});
 			if (ok) break;
-			if (Date.now() > end) throw new Error(`${cmd} did not listen on ${p}: ${log}`);
+			if (Date.now() > end) {
+				child.kill('SIGKILL'); // not left running after the test
+				throw new Error(`${cmd} did not listen on ${p}: ${log}`);
+			}
 			await sleep(20);
 		}
 	}
