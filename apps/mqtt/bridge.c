@@ -590,68 +590,11 @@ int bridge_ping(conn *c, int64_t last)
 
 /* ---- encoding what only a client sends ------------------------------------------------------ */
 
-typedef struct wbuf {
-	uint8_t *p;
-	size_t n, cap;
-} wbuf;
-
-static void put(wbuf *w, const void *p, size_t n)
-{
-	if (w->n + n > w->cap) {
-		size_t cap = (w->n + n) * 2;
-		uint8_t *q = realloc(w->p, cap);
-		if (!q)
-			abort();
-		w->p = q;
-		w->cap = cap;
-	}
-	memcpy(w->p + w->n, p, n);
-	w->n += n;
-}
-
-static void put8(wbuf *w, uint8_t v)
-{
-	put(w, &v, 1);
-}
-
-static void put16(wbuf *w, uint16_t v)
-{
-	uint8_t b[2] = { (uint8_t)(v >> 8), (uint8_t)v };
-	put(w, b, 2);
-}
-
-static void putstr(wbuf *w, const char *s, size_t n)
-{
-	put16(w, (uint16_t)n);
-	put(w, s, n);
-}
-
-/* A whole packet: the fixed header byte, the remaining length, the body. */
-static uint8_t *packet(uint8_t type_flags, const wbuf *body, size_t *len)
-{
-	uint8_t *p = malloc(body->n + 5);
-	if (!p)
-		abort();
-	p[0] = type_flags;
-	int h = 1 + mq_varint_put(p + 1, (uint32_t)body->n);
-	memcpy(p + h, body->p, body->n);
-	*len = (size_t)h + body->n;
-	return p;
-}
-
 static uint8_t *enc_connect(bridge *b, size_t *len)
 {
-	wbuf w = { 0 };
-	bool will = b->notifications && !b->notif_local_only;
-	bool user = b->remote_user, pass = user && b->remote_pass;
-	putstr(&w, "MQTT", 4);
-	put8(&w, (uint8_t)(b->version == 4 && b->try_private ? 0x84 : b->version));
-	put8(&w, (uint8_t)((b->clean ? 0x02 : 0) | (will ? 0x04 | 0x08 | 0x20 : 0) |
-			   (pass ? 0x40 : 0) | (user ? 0x80 : 0)));
-	put16(&w, (uint16_t)b->keepalive);
+	uint8_t pb_buf[32];
+	mq_pb pb = { pb_buf, 0, sizeof pb_buf, 0 };
 	if (b->version == 5) {
-		uint8_t pb_buf[32];
-		mq_pb pb = { pb_buf, 0, sizeof pb_buf, 0 };
 		if (!b->clean) /* the remote keeps our session (subscriptions, queued messages) */
 			mq_pb_u32(&pb, MQ_P_SESSION_EXPIRY, UINT32_MAX);
 		if (conf.max_inflight_messages < 65535)
@@ -659,38 +602,39 @@ static uint8_t *enc_connect(bridge *b, size_t *len)
 		if (conf.message_size_limit)
 			mq_pb_u32(&pb, MQ_P_MAX_PACKET_SIZE,
 				  (uint32_t)conf.message_size_limit + 65536 + 1024);
-		uint8_t v[4];
-		put(&w, v, (size_t)mq_varint_put(v, pb.len));
-		put(&w, pb_buf, pb.len);
 	}
-	putstr(&w, b->remote_id, strlen(b->remote_id));
-	if (will) {
-		if (b->version == 5)
-			put8(&w, 0); /* no will properties */
-		putstr(&w, b->notif_topic, strlen(b->notif_topic));
-		putstr(&w, "0", 1);
-	}
-	if (user)
-		putstr(&w, b->remote_user, strlen(b->remote_user));
-	if (pass)
-		putstr(&w, b->remote_pass, strlen(b->remote_pass));
-	uint8_t *p = packet(MQ_CONNECT << 4, &w, len);
-	free(w.p);
+	/* the remote's notification of our end: "0", retained, QoS 1 */
+	bool will = b->notifications && !b->notif_local_only;
+	mq_connect_enc e = {
+		.version = b->version,
+		.level = b->version == 4 && b->try_private ? 0x84 : 0,
+		.client_id = b->remote_id,
+		.clean = b->clean,
+		.keep_alive = (uint16_t)b->keepalive,
+		.props = &pb,
+		.will_topic = will ? b->notif_topic : NULL,
+		.will_payload = "0",
+		.will_len = 1,
+		.will_qos = 1,
+		.will_retain = 1,
+		.username = b->remote_user,
+		.password = b->remote_pass,
+	};
+	uint8_t *p = malloc(mq_enc_connect(NULL, &e));
+	if (!p)
+		abort();
+	*len = mq_enc_connect(p, &e);
 	return p;
 }
 
 /* A SUBSCRIBE of one filter, or with opts -1 an UNSUBSCRIBE. */
 static uint8_t *enc_subscribe(bridge *b, uint16_t pid, const char *filter, int opts, size_t *len)
 {
-	wbuf w = { 0 };
-	put16(&w, pid);
-	if (b->version == 5)
-		put8(&w, 0);
-	putstr(&w, filter, strlen(filter));
-	if (opts >= 0)
-		put8(&w, (uint8_t)opts);
-	uint8_t *p = packet((opts >= 0 ? MQ_SUBSCRIBE : MQ_UNSUBSCRIBE) << 4 | 2, &w, len);
-	free(w.p);
+	uint8_t *p = malloc(strlen(filter) + 16);
+	if (!p)
+		abort();
+	*len = opts >= 0 ? mq_enc_subscribe(p, b->version, pid, filter, (uint8_t)opts, NULL)
+			 : mq_enc_unsubscribe(p, b->version, pid, filter);
 	return p;
 }
 

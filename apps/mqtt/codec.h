@@ -201,10 +201,27 @@ typedef struct mq_pub_enc {
 size_t mq_enc_publish_len(const mq_pub_enc *e);
 size_t mq_enc_publish(uint8_t *out, const mq_pub_enc *e);
 
-/* Client-side encoders, for tests, the fuzz corpus and tools. */
-size_t mq_enc_connect(uint8_t *out, int version, const char *client_id, int clean,
-		      uint16_t keep_alive, const mq_pb *props);
+/* Client-side encoders: a bridge's (bridge.c), and for tests and the fuzz corpus. */
+typedef struct mq_connect_enc {
+	int version;             /* 4 or 5 */
+	uint8_t level;           /* the protocol level sent, if not version (0x84: a 3.1.1 bridge) */
+	const char *client_id;
+	int clean;
+	uint16_t keep_alive;
+	const mq_pb *props;      /* 5.0; NULL: none */
+	const char *will_topic;  /* NULL: no will (5.0: sent with no will properties) */
+	const void *will_payload;
+	uint16_t will_len;
+	uint8_t will_qos, will_retain;
+	const char *username, *password; /* NULL: none */
+} mq_connect_enc;
+
+/* A CONNECT; with out NULL only its length. */
+size_t mq_enc_connect(uint8_t *out, const mq_connect_enc *e);
+/* A SUBSCRIBE of one filter, or an UNSUBSCRIBE (no opts); at most strlen(filter) + 16 bytes
+ * when props is NULL. */
 size_t mq_enc_subscribe(uint8_t *out, int version, uint16_t id, const char *filter,
 			uint8_t opts, const mq_pb *props);
+size_t mq_enc_unsubscribe(uint8_t *out, int version, uint16_t id, const char *filter);
 
 #endif

@@ -8,6 +8,7 @@
  */
 #include "codec.h"
 
+#include <stdbool.h>
 #include <string.h>
 
 int mq_varint_len(uint32_t v)
@@ -269,20 +270,37 @@ size_t mq_enc_publish(uint8_t *out, const mq_pub_enc *e)
 	return w.n;
 }
 
-size_t mq_enc_connect(uint8_t *out, int version, const char *client_id, int clean,
-		      uint16_t keep_alive, const mq_pb *props)
+/* The CONNECT's variable header and payload (counted only when w->p is NULL). */
+static void connect_body(wr *w, const mq_connect_enc *e)
 {
-	wr w = { out, 0 };
-	uint16_t idn = (uint16_t)strlen(client_id);
-	uint32_t rem = 6 + 1 + 1 + 2 + 2 + idn + (version == 5 ? props_size(props) : 0);
-	fixed(&w, MQ_CONNECT << 4, rem);
-	wstr(&w, "MQTT", 4);
-	w8(&w, (uint8_t)version);
-	w8(&w, clean ? 2 : 0);
-	w16(&w, keep_alive);
-	if (version == 5)
-		wprops(&w, props);
-	wstr(&w, client_id, idn);
+	bool will = e->will_topic, user = e->username, pass = user && e->password;
+	wstr(w, "MQTT", 4);
+	w8(w, e->level ? e->level : (uint8_t)e->version);
+	w8(w, (uint8_t)((e->clean ? 0x02 : 0) |
+			(will ? 0x04 | e->will_qos << 3 | (e->will_retain ? 0x20 : 0) : 0) |
+			(pass ? 0x40 : 0) | (user ? 0x80 : 0)));
+	w16(w, e->keep_alive);
+	if (e->version == 5)
+		wprops(w, e->props);
+	wstr(w, e->client_id, (uint16_t)strlen(e->client_id));
+	if (will) {
+		if (e->version == 5)
+			wprops(w, NULL);
+		wstr(w, e->will_topic, (uint16_t)strlen(e->will_topic));
+		wstr(w, e->will_payload, e->will_len);
+	}
+	if (user)
+		wstr(w, e->username, (uint16_t)strlen(e->username));
+	if (pass)
+		wstr(w, e->password, (uint16_t)strlen(e->password));
+}
+
+size_t mq_enc_connect(uint8_t *out, const mq_connect_enc *e)
+{
+	wr body = { NULL, 0 }, w = { out, 0 };
+	connect_body(&body, e);
+	fixed(&w, MQ_CONNECT << 4, (uint32_t)body.n);
+	connect_body(&w, e);
 	return w.n;
 }
 
@@ -298,5 +316,17 @@ size_t mq_enc_subscribe(uint8_t *out, int version, uint16_t id, const char *filt
 		wprops(&w, props);
 	wstr(&w, filter, fn);
 	w8(&w, opts);
+	return w.n;
+}
+
+size_t mq_enc_unsubscribe(uint8_t *out, int version, uint16_t id, const char *filter)
+{
+	wr w = { out, 0 };
+	uint16_t fn = (uint16_t)strlen(filter);
+	fixed(&w, MQ_UNSUBSCRIBE << 4 | 2, 2 + (version == 5 ? 1u : 0u) + 2 + fn);
+	w16(&w, id);
+	if (version == 5)
+		wprops(&w, NULL);
+	wstr(&w, filter, fn);
 	return w.n;
 }

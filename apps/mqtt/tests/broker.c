@@ -170,7 +170,8 @@ static int client(int v, const char *id, int ka)
 	int s = dial();
 	CHECK(s >= 0);
 	uint8_t b[256];
-	put(s, b, mq_enc_connect(b, v, id, 1, (uint16_t)ka, NULL));
+	put(s, b, mq_enc_connect(b, &(mq_connect_enc){
+			.version = v, .client_id = id, .clean = 1, .keep_alive = (uint16_t)ka }));
 	int n = next(s, b, sizeof b);
 	CHECK(n >= 4);
 	CHECK_EQ(b[0], 0x20);
@@ -188,7 +189,8 @@ static int client_resume(const char *id, uint32_t expiry, int *present)
 	mq_pb pb = { pbuf, 0, sizeof pbuf, 0 };
 	if (expiry)
 		mq_pb_u32(&pb, MQ_P_SESSION_EXPIRY, expiry);
-	put(s, b, mq_enc_connect(b, 5, id, 0, 60, &pb));
+	put(s, b, mq_enc_connect(b, &(mq_connect_enc){
+			.version = 5, .client_id = id, .keep_alive = 60, .props = &pb }));
 	int n = next(s, b, sizeof b);
 	CHECK(n >= 4);
 	CHECK_EQ(b[0], 0x20);
@@ -267,7 +269,8 @@ TEST(protocol_error_second_connect)
 	start(NULL);
 	int s = client(5, "twice", 60);
 	uint8_t b[64];
-	put(s, b, mq_enc_connect(b, 5, "twice", 1, 60, NULL));
+	put(s, b, mq_enc_connect(b, &(mq_connect_enc){
+			.version = 5, .client_id = "twice", .clean = 1, .keep_alive = 60 }));
 	expect_disconnect(s, MQ_RC_PROTOCOL_ERROR);
 	close(s);
 	others_fine();
@@ -380,7 +383,8 @@ TEST(anonymous_refused_when_configured)
 	start("allow_anonymous false\n");
 	int s = dial();
 	uint8_t b[64];
-	put(s, b, mq_enc_connect(b, 5, "anon", 1, 60, NULL));
+	put(s, b, mq_enc_connect(b, &(mq_connect_enc){
+			.version = 5, .client_id = "anon", .clean = 1, .keep_alive = 60 }));
 	CHECK(next(s, b, sizeof b) >= 4);
 	CHECK_EQ(b[3], MQ_RC_NOT_AUTHORIZED);
 	close(s);
@@ -486,7 +490,8 @@ TEST(slow_consumer_does_not_block_others)
 	int small = 4096;
 	setsockopt(slow, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
 	uint8_t b[2048];
-	put(slow, b, mq_enc_connect(b, 5, "slow", 1, 1, NULL));
+	put(slow, b, mq_enc_connect(b, &(mq_connect_enc){
+			.version = 5, .client_id = "slow", .clean = 1, .keep_alive = 1 }));
 	CHECK(next(slow, b, sizeof b) > 0);
 	subscribe(slow, 5, "flood", 0);
 	int fast = client(4, "fast", 60), pub = client(4, "flooder", 60);
@@ -573,7 +578,8 @@ static int small_client(const char *id, int clean, int *present)
 	int s = dial_rcvbuf(4096);
 	CHECK(s >= 0);
 	uint8_t b[64];
-	put(s, b, mq_enc_connect(b, 4, id, clean, 60, NULL));
+	put(s, b, mq_enc_connect(b, &(mq_connect_enc){
+			.version = 4, .client_id = id, .clean = clean, .keep_alive = 60 }));
 	CHECK_EQ(next(s, b, sizeof b), 4);
 	CHECK_EQ(b[0], 0x20);
 	CHECK_EQ(b[3], 0);
@@ -864,7 +870,8 @@ TEST(retained_backlog_to_a_client_that_never_reads_ends_at_its_keep_alive)
 	retain_many(100000, 0);
 	int dead = dial_rcvbuf(4096);
 	uint8_t b[256];
-	put(dead, b, mq_enc_connect(b, 4, "rt-dead", 1, 1, NULL));
+	put(dead, b, mq_enc_connect(b, &(mq_connect_enc){
+			.version = 4, .client_id = "rt-dead", .clean = 1, .keep_alive = 1 }));
 	CHECK_EQ(next(dead, b, sizeof b), 4);
 	subscribe(dead, 4, "rt/#", 0);
 	int watch = client(4, "rt-watch", 60);

@@ -325,11 +325,42 @@ TEST(encode_roundtrip)
 	n = mq_enc_disconnect(buf, 5, 0x8e, NULL);
 	CHECK_EQ(mq_decode(buf, n, 5, &pk), 0);
 	CHECK_EQ(pk.reason, 0x8e);
-	n = mq_enc_connect(buf, 5, "me", 1, 10, NULL);
+	n = mq_enc_connect(buf, &(mq_connect_enc){
+			.version = 5, .client_id = "me", .clean = 1, .keep_alive = 10 });
 	CHECK_EQ(mq_decode(buf, n, 5, &pk), 0);
 	CHECK(eq(pk.connect.client_id, "me"));
+	/* everything a CONNECT may carry, as a bridge sends it, and back */
+	uint8_t pb2[16];
+	mq_pb cp = { pb2, 0, sizeof pb2, 0 };
+	mq_pb_u32(&cp, MQ_P_SESSION_EXPIRY, 77);
+	for (int v = 4; v <= 5; v++) {
+		mq_connect_enc e = { .version = v, .client_id = "br", .keep_alive = 30,
+				     .props = &cp, .will_topic = "n/br", .will_payload = "0",
+				     .will_len = 1, .will_qos = 1, .will_retain = 1,
+				     .username = "u", .password = "pw" };
+		n = mq_enc_connect(buf, &e);
+		CHECK_EQ(n, mq_enc_connect(NULL, &e));
+		CHECK_EQ(mq_decode(buf, n, 5, &pk), 0);
+		CHECK_EQ(pk.connect.version, v);
+		CHECK(!pk.connect.clean && pk.connect.will && pk.connect.will_qos == 1);
+		CHECK(pk.connect.will_retain && pk.connect.has_username && pk.connect.has_password);
+		CHECK(eq(pk.connect.will_topic, "n/br") && eq(pk.connect.will_payload, "0"));
+		CHECK(eq(pk.connect.username, "u") && eq(pk.connect.password, "pw"));
+		CHECK_EQ(pk.connect.keep_alive, 30);
+		CHECK_EQ(v == 5 ? pk.props.session_expiry : 77, 77);
+	}
+	mq_connect_enc b84 = { .version = 4, .level = 0x84, .client_id = "br", .clean = 1 };
+	n = mq_enc_connect(buf, &b84);
+	CHECK_EQ(mq_decode(buf, n, 5, &pk), 0);
+	CHECK(pk.connect.bridge && pk.connect.version == 4);
 	n = mq_enc_subscribe(buf, 4, 1, "a/+", 1, NULL);
 	CHECK_EQ(mq_decode(buf, n, 4, &pk), 0);
+	for (int v = 4; v <= 5; v++) {
+		n = mq_enc_unsubscribe(buf, v, 9, "a/#");
+		CHECK(n <= strlen("a/#") + 16);
+		CHECK_EQ(mq_decode(buf, n, v, &pk), 0);
+		CHECK(pk.type == MQ_UNSUBSCRIBE && pk.packet_id == 9);
+	}
 	mq_pb tiny = { pb, 0, 2, 0 };
 	mq_pb_u32(&tiny, MQ_P_SESSION_EXPIRY, 1);
 	CHECK(tiny.overflow);

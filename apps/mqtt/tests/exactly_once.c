@@ -164,7 +164,8 @@ static size_t connect_packet(uint8_t *b, int version, const char *id, int clean,
 	mq_pb pb = { pb_buf, 0, sizeof pb_buf, 0 };
 	if (version == 5 && expiry)
 		mq_pb_u32(&pb, MQ_P_SESSION_EXPIRY, expiry);
-	return mq_enc_connect(b, version, id, clean, 0, &pb);
+	return mq_enc_connect(b, &(mq_connect_enc){
+			.version = version, .client_id = id, .clean = clean, .props = &pb });
 }
 
 /* ---- two clients as the specification wants them, on one poll loop ------------------------ */

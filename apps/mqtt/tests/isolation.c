@@ -185,7 +185,8 @@ static int client(const char *id, int rcvbuf)
 	int s = dial(rcvbuf);
 	CHECK(s >= 0);
 	uint8_t b[256];
-	put(s, b, mq_enc_connect(b, 4, id, 1, 0, NULL));
+	put(s, b, mq_enc_connect(b, &(mq_connect_enc){
+			.version = 4, .client_id = id, .clean = 1 }));
 	CHECK_EQ(next_type(s), 0x20);
 	return s;
 }
