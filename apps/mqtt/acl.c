@@ -33,6 +33,7 @@
 #include <weft.h>
 
 #include "acl.h"
+#include "codec.h"
 #include "textfile.h"
 
 typedef struct rule {
@@ -99,30 +100,6 @@ static bool lvl_is(const char *s, size_t i, size_t e, char c)
 static bool rest_is_hash(const char *s, size_t i, size_t n)
 {
 	return n - i == 2 && s[i] == '/' && s[i + 1] == '#';
-}
-
-bool acl_match(const char *f, size_t fl, const char *t, size_t tl)
-{
-	if (!fl || !tl || (f[0] == '$') != (t[0] == '$'))
-		return false;
-	size_t i = 0, j = 0;
-	for (;;) {
-		size_t fe = level_end(f, i, fl), te = level_end(t, j, tl);
-		if (lvl_is(f, i, fe, '#'))
-			return true;
-		if (!lvl_is(f, i, fe, '+') && (fe - i != te - j || memcmp(f + i, t + j, fe - i)))
-			return false;
-		i = fe;
-		j = te;
-		if (i == fl && j == tl)
-			return true;
-		if (j == tl)
-			return rest_is_hash(f, i, fl); /* "a/#" matches "a" */
-		if (i == fl)
-			return false;
-		i++;
-		j++;
-	}
 }
 
 /* Whether a filter's topics can start with '$': only if its first character is a literal '$'. */
@@ -577,7 +554,7 @@ void acl_unbind(acl_client *c)
 static int decide(const crule *v, int n, const char *topic, size_t len, int access)
 {
 	for (int i = 0; i < n; i++)
-		if (acl_match(v[i].f, v[i].len, topic, len)) {
+		if (mq_topic_match(v[i].f, v[i].len, topic, len)) {
 			if (!v[i].access)
 				return -1;
 			if (v[i].access & access)

@@ -85,8 +85,6 @@ bool acl_check_subscribe(const acl_client *c, const char *filter, size_t len);
 bool acl_allowed(const char *user, size_t user_len, const char *client_id, size_t id_len,
 		 const char *topic, size_t len, int access);
 
-/* Topic matching as mosquitto does it, exposed for tests. */
-bool acl_match(const char *filter, size_t flen, const char *topic, size_t tlen);
 /* Every topic f matches, cover matches. */
 bool acl_covers(const char *cover, size_t clen, const char *f, size_t flen);
 /* Some topic matches both. */

@@ -113,31 +113,6 @@ static int err(const char *file, int line, const char *fmt, const char *a)
 	return -1;
 }
 
-static int parse_bool(const char *file, int line, const char *o, const char *v, int *out)
-{
-	if (v && !strcmp(v, "true"))
-		*out = 1;
-	else if (v && !strcmp(v, "false"))
-		*out = 0;
-	else
-		return err(file, line, "%s needs true or false", o);
-	return 0;
-}
-
-static int parse_num(const char *file, int line, const char *o, const char *v, long lo, long hi,
-		     long *out)
-{
-	char *end;
-	errno = 0;
-	long n = v ? strtol(v, &end, 10) : 0;
-	if (!v || errno || *end || n < lo || n > hi) {
-		fprintf(stderr, "%s:%d: %s needs a number from %ld to %ld\n", file, line, o, lo, hi);
-		return -1;
-	}
-	*out = n;
-	return 0;
-}
-
 static int parse_str(const char *file, int line, const char *o, const char *v, int nw, char **out)
 {
 	if (!v || nw != 2 || strlen(v) > 65535)
@@ -162,7 +137,7 @@ static int parse_address(const char *file, int line, bridge *b, const char *v)
 	char *colon = strrchr(h, ':');
 	if (colon && (colon == h || strchr(h, ':') == colon)) { /* one ':' only: host:port */
 		*colon = 0;
-		if (parse_num(file, line, "the address's port", colon + 1, 1, 65535, &port) < 0)
+		if (conf_number(file, line, "the address's port", colon + 1, 1, 65535, &port) < 0)
 			return -1;
 	}
 	if (!h[0])
@@ -208,7 +183,7 @@ static int parse_topic(const char *file, int line, bridge *b, char **w, int nw)
 		else
 			return err(file, line, "topic direction '%s' is not out, in or both", w[2]);
 	}
-	if (nw > 3 && parse_num(file, line, "the topic's qos", w[3], 0, 2, &qos) < 0)
+	if (nw > 3 && conf_number(file, line, "the topic's qos", w[3], 0, 2, &qos) < 0)
 		return -1;
 	const char *lp = nw > 4 && strcmp(w[4], "\"\"") ? w[4] : NULL;
 	const char *rp = nw > 5 && strcmp(w[5], "\"\"") ? w[5] : NULL;
@@ -244,8 +219,8 @@ static int parse_restart(const char *file, int line, bridge *b, char **w, int nw
 	if (comma && !cap)
 		*comma = 0, cap = comma + 1;
 	long base, c = 0;
-	if (parse_num(file, line, "restart_timeout", v, 1, 86400, &base) < 0 ||
-	    (cap && parse_num(file, line, "restart_timeout's cap", cap, base, 86400, &c) < 0))
+	if (conf_number(file, line, "restart_timeout", v, 1, 86400, &base) < 0 ||
+	    (cap && conf_number(file, line, "restart_timeout's cap", cap, base, 86400, &c) < 0))
 		return -1;
 	b->restart_base = (int)base;
 	b->restart_cap = (int)c;
@@ -336,29 +311,29 @@ int bridge_option(const char *file, int line, char **w, int nw)
 		return parse_str(file, line, o, v, nw, &b->notif_topic);
 	}
 	if (!strcmp(o, "cleansession"))
-		return parse_bool(file, line, o, v, &b->clean);
+		return conf_bool(file, line, o, v, &b->clean);
 	if (!strcmp(o, "local_cleansession"))
-		return parse_bool(file, line, o, v, &b->local_clean);
+		return conf_bool(file, line, o, v, &b->local_clean);
 	if (!strcmp(o, "try_private"))
-		return parse_bool(file, line, o, v, &b->try_private);
+		return conf_bool(file, line, o, v, &b->try_private);
 	if (!strcmp(o, "notifications"))
-		return parse_bool(file, line, o, v, &b->notifications);
+		return conf_bool(file, line, o, v, &b->notifications);
 	if (!strcmp(o, "notifications_local_only"))
-		return parse_bool(file, line, o, v, &b->notif_local_only);
+		return conf_bool(file, line, o, v, &b->notif_local_only);
 	if (!strcmp(o, "bridge_insecure"))
-		return parse_bool(file, line, o, v, &b->insecure);
+		return conf_bool(file, line, o, v, &b->insecure);
 	if (!strcmp(o, "bridge_outgoing_retain"))
-		return parse_bool(file, line, o, v, &b->outgoing_retain);
+		return conf_bool(file, line, o, v, &b->outgoing_retain);
 	if (!strcmp(o, "bridge_attempt_unsubscribe"))
-		return parse_bool(file, line, o, v, &b->attempt_unsubscribe);
+		return conf_bool(file, line, o, v, &b->attempt_unsubscribe);
 	if (!strcmp(o, "keepalive_interval")) {
 		/* 0 would mean "no keep-alive"; mosquitto wants at least 5 s */
-		if ((r = parse_num(file, line, o, v, 5, 65535, &n)) == 0)
+		if ((r = conf_number(file, line, o, v, 5, 65535, &n)) == 0)
 			b->keepalive = (int)n;
 		return r;
 	}
 	if (!strcmp(o, "bridge_max_packet_size")) {
-		if ((r = parse_num(file, line, o, v, 0, 268435460, &n)) == 0)
+		if ((r = conf_number(file, line, o, v, 0, 268435460, &n)) == 0)
 			b->max_packet = n;
 		return r;
 	}
@@ -445,36 +420,6 @@ int bridge_conf_end(const char *file)
 
 /* ---- topic filters -------------------------------------------------------------------------- */
 
-/* Does topic t (n bytes) match filter f (NUL-terminated)? MQTT's rules, $-topics included. */
-static bool matches(const char *f, const char *t, size_t n)
-{
-	size_t i = 0;
-	if (n && t[0] == '$' && (f[0] == '+' || f[0] == '#'))
-		return false;
-	for (;;) {
-		if (f[0] == '#')
-			return true;
-		if (f[0] == '+') {
-			while (i < n && t[i] != '/')
-				i++;
-			f++;
-		} else {
-			while (*f && *f != '/' && i < n && t[i] == *f)
-				f++, i++;
-			if (*f && *f != '/')
-				return false;
-			if (i < n && t[i] != '/')
-				return false;
-		}
-		if (!*f)
-			return i == n;
-		/* *f == '/' */
-		if (i == n) /* "a/#" matches "a" */
-			return f[1] == '#' && !f[2];
-		f++, i++;
-	}
-}
-
 /* Swap prefix `from` for prefix `to` on topic t: a malloc'd NUL-terminated topic, or NULL
  * when the result would be too long. */
 static char *remap(const char *t, size_t n, const char *from, const char *to, uint16_t *len)
@@ -499,7 +444,7 @@ void bridge_in_topic(conn *c, const uint8_t **topic, uint16_t *tlen, char **mapp
 	atomic_fetch_add_explicit(&b->msgs_in, 1, memory_order_relaxed);
 	for (int i = 0; i < b->ntopics; i++) {
 		btopic *t = &b->topics[i];
-		if (!(t->dir & DIR_IN) || !matches(t->remote, (const char *)*topic, *tlen))
+		if (!(t->dir & DIR_IN) || !mq_topic_match(t->remote, strlen(t->remote), (const char *)*topic, *tlen))
 			continue;
 		if (t->lprefix || t->rprefix) {
 			uint16_t n;
@@ -523,7 +468,7 @@ int bridge_out_topic(conn *c, const msg *m, const char **topic, uint16_t *tlen, 
 	atomic_fetch_add_explicit(&b->msgs_out, 1, memory_order_relaxed);
 	for (int i = 0; i < b->ntopics; i++) {
 		btopic *t = &b->topics[i];
-		if (!(t->dir & DIR_OUT) || !matches(t->local, m->topic, m->topic_len))
+		if (!(t->dir & DIR_OUT) || !mq_topic_match(t->local, strlen(t->local), m->topic, m->topic_len))
 			continue;
 		if (t->lprefix || t->rprefix) {
 			uint16_t n;

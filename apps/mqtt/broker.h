@@ -85,6 +85,11 @@ void conf_defaults(broker_conf *c);
 int conf_load(broker_conf *c, const char *path);
 /* Parse the command line; returns 0 to run, 1 when --help/--version was handled, -1 on error. */
 int conf_args(broker_conf *c, int argc, char **argv);
+/* One option's value, for config.c and the bridges' options (bridge.c): 0 with *out set, or
+ * -1 with "file:line: OPT needs ..." on stderr. */
+int conf_number(const char *file, int line, const char *opt, const char *v, long lo, long hi,
+		long *out);
+int conf_bool(const char *file, int line, const char *opt, const char *v, int *out);
 
 /* ---- per-worker allocation (pool.c) -------------------------------------------------------- */
 

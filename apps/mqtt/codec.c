@@ -630,3 +630,46 @@ int mq_sub_next(const mq_packet *pk, uint32_t *pos, mq_bytes *filter, uint8_t *o
 	*pos = (uint32_t)(c.p - pk->sub.list.p);
 	return 1;
 }
+
+/* ---- matching one filter ------------------------------------------------------------------- */
+
+static size_t lvl_end(const char *s, size_t i, size_t n)
+{
+	const char *p = memchr(s + i, '/', n - i);
+	return p ? (size_t)(p - s) : n;
+}
+
+static bool lvl_is(const char *s, size_t i, size_t e, char c)
+{
+	return e - i == 1 && s[i] == c;
+}
+
+/* The rest of s from i (at a '/') is exactly "/#". */
+static bool lvl_rest_hash(const char *s, size_t i, size_t n)
+{
+	return n - i == 2 && s[i] == '/' && s[i + 1] == '#';
+}
+
+bool mq_topic_match(const char *f, size_t fl, const char *t, size_t tl)
+{
+	if (!fl || !tl || (f[0] == '$') != (t[0] == '$')) /* a leading wildcard is no '$' */
+		return false;
+	size_t i = 0, j = 0;
+	for (;;) {
+		size_t fe = lvl_end(f, i, fl), te = lvl_end(t, j, tl);
+		if (lvl_is(f, i, fe, '#'))
+			return true;
+		if (!lvl_is(f, i, fe, '+') && (fe - i != te - j || memcmp(f + i, t + j, fe - i)))
+			return false;
+		i = fe;
+		j = te;
+		if (i == fl && j == tl)
+			return true;
+		if (j == tl)
+			return lvl_rest_hash(f, i, fl); /* "a/#" matches "a" */
+		if (i == fl)
+			return false;
+		i++;
+		j++;
+	}
+}

@@ -10,6 +10,7 @@
 #ifndef WEFT_MQTT_CODEC_H
 #define WEFT_MQTT_CODEC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -145,6 +146,11 @@ int mq_props_next(const mq_bytes *raw, uint32_t *pos, int *id, uint32_t *num, mq
 int mq_utf8_check(const uint8_t *p, size_t n);      /* well-formed, no U+0000, no surrogate */
 int mq_topic_name_check(const uint8_t *p, size_t n); /* no wildcards, not empty */
 int mq_topic_filter_check(const uint8_t *p, size_t n); /* wildcards placed right */
+/* Whether topic t matches filter f (both checked already): '+' one level, '#' the rest
+ * ("a/#" matches "a" too), and a topic starting with '$' matches only a filter whose first
+ * level starts with a literal '$' [MQTT-4.7.2-1]. The one matcher of one filter (the ACL's
+ * rules, the bridges' topics); the subscription tree (topic.c) matches all filters at once. */
+bool mq_topic_match(const char *f, size_t fl, const char *t, size_t tl);
 
 /* ---- encoding ------------------------------------------------------------------------------ */
 

@@ -36,8 +36,8 @@ void conf_defaults(broker_conf *c)
 	c->detach_delay_ms = d ? atoi(d) : 0;
 }
 
-static int number(const char *file, int line, const char *opt, const char *v, long lo, long hi,
-		  long *out)
+int conf_number(const char *file, int line, const char *opt, const char *v, long lo, long hi,
+		long *out)
 {
 	char *end;
 	errno = 0;
@@ -50,7 +50,7 @@ static int number(const char *file, int line, const char *opt, const char *v, lo
 	return 0;
 }
 
-static int boolean(const char *file, int line, const char *opt, const char *v, int *out)
+int conf_bool(const char *file, int line, const char *opt, const char *v, int *out)
 {
 	if (v && !strcmp(v, "true"))
 		*out = 1;
@@ -92,9 +92,9 @@ static int tls_option(broker_conf *c, const char *file, int line, const char *o,
 	}
 	listener_conf *l = &c->listeners[c->nlisteners - 1];
 	if (!strcmp(o, "require_certificate"))
-		return boolean(file, line, o, v, &l->require_certificate);
+		return conf_bool(file, line, o, v, &l->require_certificate);
 	if (!strcmp(o, "use_identity_as_username"))
-		return boolean(file, line, o, v, &l->use_identity_as_username);
+		return conf_bool(file, line, o, v, &l->use_identity_as_username);
 	char *out = !strcmp(o, "certfile") ? l->certfile : !strcmp(o, "keyfile") ? l->keyfile
 		  : !strcmp(o, "cafile")   ? l->cafile
 					   : l->ciphers;
@@ -142,7 +142,7 @@ static int option(broker_conf *c, const char *file, int line, char **w, int nw)
 			fprintf(stderr, "%s:%d: at most %d listeners\n", file, line, MAX_LISTENERS);
 			return -1;
 		}
-		if (number(file, line, o, v, 0, 65535, &n) < 0)
+		if (conf_number(file, line, o, v, 0, 65535, &n) < 0)
 			return -1;
 		listener_conf *l = &c->listeners[c->nlisteners++];
 		l->port = (int)n;
@@ -172,7 +172,7 @@ static int option(broker_conf *c, const char *file, int line, char **w, int nw)
 	    !strcmp(o, "use_identity_as_username"))
 		return tls_option(c, file, line, o, v);
 	if (!strcmp(o, "port")) {
-		if (number(file, line, o, v, 0, 65535, &n) < 0)
+		if (conf_number(file, line, o, v, 0, 65535, &n) < 0)
 			return -1;
 		if (!c->nlisteners) {
 			c->nlisteners = 1;
@@ -189,25 +189,25 @@ static int option(broker_conf *c, const char *file, int line, char **w, int nw)
 		return host(file, line, v, c->listeners[0].host);
 	}
 	if (!strcmp(o, "max_connections")) {
-		if (number(file, line, o, v, -1, INT_MAX, &n) < 0)
+		if (conf_number(file, line, o, v, -1, INT_MAX, &n) < 0)
 			return -1;
 		c->max_connections = n;
 		return 0;
 	}
 	if (!strcmp(o, "max_inflight_messages")) {
-		if (number(file, line, o, v, 0, 65535, &n) < 0)
+		if (conf_number(file, line, o, v, 0, 65535, &n) < 0)
 			return -1;
 		c->max_inflight_messages = n ? (int)n : 65535; /* 0: no limit, as mosquitto */
 		return 0;
 	}
 	if (!strcmp(o, "max_queued_messages")) {
-		if (number(file, line, o, v, 0, INT_MAX, &n) < 0)
+		if (conf_number(file, line, o, v, 0, INT_MAX, &n) < 0)
 			return -1;
 		c->max_queued_messages = n ? (int)n : INT_MAX;
 		return 0;
 	}
 	if (!strcmp(o, "max_queued_bytes")) {
-		if (number(file, line, o, v, 0, LONG_MAX, &n) < 0)
+		if (conf_number(file, line, o, v, 0, LONG_MAX, &n) < 0)
 			return -1;
 		c->max_queued_bytes = n;
 		return 0;
@@ -220,19 +220,19 @@ static int option(broker_conf *c, const char *file, int line, char **w, int nw)
 	if (!strcmp(o, "max_publish_rate"))
 		return rate_option(file, line, o, "PUBLISH packets", v, &c->pub_rate, &c->pub_burst);
 	if (!strcmp(o, "message_size_limit")) {
-		if (number(file, line, o, v, 0, 268435455, &n) < 0)
+		if (conf_number(file, line, o, v, 0, 268435455, &n) < 0)
 			return -1;
 		c->message_size_limit = n;
 		return 0;
 	}
 	if (!strcmp(o, "max_keepalive")) {
-		if (number(file, line, o, v, 0, 65535, &n) < 0)
+		if (conf_number(file, line, o, v, 0, 65535, &n) < 0)
 			return -1;
 		c->max_keepalive = (int)n;
 		return 0;
 	}
 	if (!strcmp(o, "metrics_listener")) { /* metrics_listener PORT [BIND_ADDRESS] */
-		if (number(file, line, o, v, 1, 65535, &n) < 0)
+		if (conf_number(file, line, o, v, 1, 65535, &n) < 0)
 			return -1;
 		c->metrics_port = (int)n;
 		strcpy(c->metrics_host, "127.0.0.1");
@@ -241,19 +241,19 @@ static int option(broker_conf *c, const char *file, int line, char **w, int nw)
 		return 0;
 	}
 	if (!strcmp(o, "sys_interval")) {
-		if (number(file, line, o, v, 0, 86400, &n) < 0)
+		if (conf_number(file, line, o, v, 0, 86400, &n) < 0)
 			return -1;
 		c->sys_interval = (int)n;
 		return 0;
 	}
 	if (!strcmp(o, "allow_anonymous"))
-		return boolean(file, line, o, v, &c->allow_anonymous);
+		return conf_bool(file, line, o, v, &c->allow_anonymous);
 	if (!strcmp(o, "persistence"))
-		return boolean(file, line, o, v, &c->persistence);
+		return conf_bool(file, line, o, v, &c->persistence);
 	if (!strcmp(o, "password_file"))
 		return path(file, line, o, v, c->password_file, sizeof c->password_file);
 	if (!strcmp(o, "allow_plain_passwords"))
-		return boolean(file, line, o, v, &c->allow_plain_passwords);
+		return conf_bool(file, line, o, v, &c->allow_plain_passwords);
 	if (!strcmp(o, "acl_file"))
 		return path(file, line, o, v, c->acl_file, sizeof c->acl_file);
 	if (!strcmp(o, "persistence_location"))

@@ -7,10 +7,10 @@
 #
 # There is no OpenSSL for the aarch64 cross build, so these tests are left out of it, and out of
 # any build where OpenSSL's headers are missing (Debian: libssl-dev).
-PROD_AUTH_SRC := apps/mqtt/auth.c apps/mqtt/pace.c apps/mqtt/acl.c apps/mqtt/ws.c apps/mqtt/ratelimit.c \
+PROD_AUTH_SRC := apps/mqtt/codec.c apps/mqtt/auth.c apps/mqtt/pace.c apps/mqtt/acl.c apps/mqtt/ws.c apps/mqtt/ratelimit.c \
 	apps/mqtt/textfile.c
 PROD_AUTH_OBJ := $(PROD_AUTH_SRC:apps/mqtt/%.c=$(B)/obj/mqtt-prod/%.o)
-PROD_AUTH_HDR := apps/mqtt/textfile.h apps/mqtt/ratelimit.h apps/mqtt/auth.h apps/mqtt/acl.h apps/mqtt/ws.h include/weft.h
+PROD_AUTH_HDR := apps/mqtt/codec.h apps/mqtt/textfile.h apps/mqtt/ratelimit.h apps/mqtt/auth.h apps/mqtt/acl.h apps/mqtt/ws.h include/weft.h
 
 ifneq ($(ARCH),aarch64)
 ifneq ($(wildcard /usr/include/openssl/evp.h),)

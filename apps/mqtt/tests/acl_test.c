@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "codec.h"
 #include "acl.h"
 #include "test.h"
 
@@ -21,7 +22,7 @@
 
 static bool m(const char *f, const char *t)
 {
-	return acl_match(f, strlen(f), t, strlen(t));
+	return mq_topic_match(f, strlen(f), t, strlen(t));
 }
 
 TEST(matching)
