@@ -27,10 +27,11 @@ void conf_defaults(broker_conf *c)
 	c->allow_anonymous = -1;
 	c->sys_interval = 10;
 	c->qos0_queue_bytes = 1 << 20;
-	/* retained backlogs (retained.c counts an entry as its slots and its whole message):
-	 * 64 MiB takes a `#` subscriber over 100,000 retained messages of up to about 500 bytes,
-	 * or 15,000 of 4 KB; four times that for all clients together leaves room for several
-	 * such at once and keeps what clients that read nothing pin a fraction of a small host */
+	/* retained backlogs (retained.c counts an entry as its slots and its whole message, in
+	 * its pool allocation, a power of 2): 64 MiB takes a `#` subscriber over 100,000
+	 * retained messages of up to about 400 bytes, or 15,000 of 4,000; four times that for
+	 * all clients together leaves room for several such at once and keeps what clients that
+	 * read nothing pin a fraction of a small host */
 	c->backlog_bytes = 64l << 20;
 	c->backlog_bytes_total = 256l << 20;
 	c->pw_rate = 0.5; /* password_pace: auth.h's defaults */
