@@ -775,7 +775,7 @@ static void run(bridge *b, int fd, tls_conn *t, const mq_packet *ack)
 			topic_send_retained(s, b->topics[i].local,
 					    (uint16_t)strlen(b->topics[i].local),
 					    b->topics[i].qos < max_qos ? b->topics[i].qos : max_qos, 0,
-					    NULL);
+					    0, NULL); /* charged, not refused: the operator's */
 	if (b->notifications && !b->notif_local_only) {
 		size_t cap = strlen(b->notif_topic) + 32;
 		uint8_t *p = malloc(cap);

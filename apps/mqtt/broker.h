@@ -8,7 +8,9 @@
  *              queue, acknowledgements
  *   writer.c   writing a session's output to the socket in batches; the writer task
  *   topic.c    the subscription and retained-message tree, matched without a global lock
- *   retained.c the retained messages a SUBSCRIBE sends: a backlog drained as room frees
+ *   retained.c the retained messages a SUBSCRIBE sends: a backlog drained as room frees,
+ *              within a budget per client and in all
+ *   subscribe.c SUBSCRIBE and UNSUBSCRIBE; the subscriptions a session keeps
  *   epoch.c    epoch-based reclamation, which makes that lock-free matching safe
  *   msg.c      reference-counted messages, decoded once and shared by every receiver
  *   pool.c     per-worker free lists, so the publish path takes no allocator lock
@@ -69,6 +71,9 @@ typedef struct broker_conf {
 	int sys_interval;             /* seconds between $SYS updates; 0: off */
 	int verbose;
 	long qos0_queue_bytes;        /* per client: QoS 0 beyond this many unsent bytes is dropped */
+	long backlog_bytes;           /* retained_backlog_bytes: what one client's pending retained
+				       * backlogs may cost (retained.c); 0: no limit */
+	long backlog_bytes_total;     /* retained_backlog_bytes_total: and all clients' together */
 	char password_file[256], acl_file[256], persistence_location[256];
 	int persistence;
 	int allow_plain_passwords;    /* accept clear-text user:password lines in password_file */
@@ -215,6 +220,7 @@ typedef struct session {
 	uint16_t nrel, rel_cap;
 	subrec *subs;
 	struct rbacklog *backlog;  /* retained messages of SUBSCRIBEs still to send (retained.c) */
+	uint64_t backlog_bytes;    /* what they cost, and what SUBSCRIBEs reserved (retained.c) */
 	/* will */
 	msg *will;
 	uint32_t will_delay;
@@ -273,9 +279,10 @@ bool session_taking_output(const session *s);
  * after. */
 uint8_t *session_take_out(session *s, size_t *len, int64_t *need);
 /* topic_send_retained's end, s's lock held: start s's backlog for filter with v[0..n), the
- * matching retained messages referenced (the array is s's now), then let the lock go. */
+ * matching retained messages referenced (the array is s's now), in place of `reserved` bytes
+ * of s's budget (retained_admit), then let the lock go. */
 void session_retained(session *s, const char *filter, uint16_t len, msg **v, uint32_t n,
-		      int max_qos, uint32_t subid, struct conn *by);
+		      int max_qos, uint32_t subid, uint64_t reserved, struct conn *by);
 /* Append a raw packet to s's output (acks, SUBACK, ...), marked dirty like a delivery. */
 void session_send(session *s, const void *pkt, size_t n, struct conn *by);
 /* Write out what is queued for s without waiting: what the socket does not take now is left
@@ -300,7 +307,7 @@ void session_restore_dlv(session *s, const dlv *d);
 /* At start, from the store: s's will, waiting to be published at `at` (weft_now clock). */
 void session_restore_will(session *s, msg *will, uint32_t delay, uint32_t expiry, int64_t at);
 session *session_find(const char *id, uint16_t n);
-/* Note a subscription in s's list (conn.c). */
+/* Note a subscription in s's list (subscribe.c). */
 void subrec_add(session *s, const uint8_t *f, uint16_t len);
 /* Publish the delayed wills and end the offline sessions whose time has come. */
 void sessions_reap(int64_t now);
@@ -331,9 +338,13 @@ int topic_unsubscribe(session *s, const char *filter, uint16_t len);
 /* Set (or with an empty payload clear) the retained message of m's topic. */
 void topic_retain(msg *m);
 /* Send s every retained message matching filter (qos capped at max_qos), as the client takes
- * them: a backlog of s (retained.c) that replaces one pending for the same filter. */
+ * them: a backlog of s (retained.c) that replaces one pending for the same filter, in place
+ * of the `reserved` bytes retained_admit reserved for it (0: none). */
 void topic_send_retained(session *s, const char *filter, uint16_t len, int max_qos,
-			 uint32_t subid, struct conn *by);
+			 uint32_t subid, uint64_t reserved, struct conn *by);
+/* What a backlog of the retained messages matching filter would cost now (retained_cost of
+ * each), counted without taking them; the walk stops once it passes limit. */
+uint64_t topic_retained_cost(const char *filter, uint16_t len, uint64_t limit);
 /* The hash of topic names and levels the tree uses. */
 uint32_t topic_hash(const char *s, size_t n);
 long topic_retained_count(void);
@@ -350,10 +361,23 @@ int topic_publish(msg *m, session *from, struct conn *by);
 /* ---- retained backlogs (retained.c); s's lock held unless said ------------------------------ */
 
 typedef struct rbacklog rbacklog;
+/* What a pending backlog entry of m is counted as: its slots in the backlog and m itself,
+ * which the entry keeps alive once the store lets m go. */
+uint64_t retained_cost(const msg *m);
+/* Before a SUBSCRIBE's filter is subscribed: whether the backlog of its retained messages fits
+ * s's budget (retained_backlog_bytes) and the broker's (retained_backlog_bytes_total), a
+ * backlog pending for the same filter counted as gone. If it does, its cost is reserved
+ * (*reserved; topic_send_retained or retained_unreserve gives it back) and true is returned.
+ * Takes s's lock and the tree's: call it with neither. */
+bool retained_admit(session *s, const char *filter, uint16_t len, uint64_t *reserved);
+void retained_unreserve(session *s, uint64_t reserved); /* takes the lock */
+/* What the pending backlogs of every session cost together, reservations included. */
+uint64_t retained_backlog_bytes(void);
 /* Start s's backlog for filter: v[0..n) the matching retained messages, referenced (the array
- * becomes the backlog's); one pending for the filter is dropped first. */
+ * becomes the backlog's), charged in place of `reserved`; one pending for the filter is
+ * dropped first. */
 void retained_start(session *s, const char *filter, uint16_t len, msg **v, uint32_t n,
-		    int max_qos, uint32_t subid);
+		    int max_qos, uint32_t subid, uint64_t reserved);
 /* Move what has room now into s's output and window: whether anything was added. */
 bool retained_drain(session *s);
 /* A live delivery of m to s at qos comes: the entry of m's topic pending in a backlog goes
@@ -527,6 +551,10 @@ void conn_refuse(conn *c, int version, int rc5, int rc3);
  * or kicked (login.c). Sets c->user and c->user_proven. */
 int conn_login(conn *c, const mq_packet *pk, long held);
 void *route_grow(route_buf *b, size_t elem, uint32_t need);
+/* The SUBSCRIBE and UNSUBSCRIBE packets of c's client (subscribe.c): 0, or a negative reason
+ * code to disconnect with. */
+int subscribe_packet(conn *c, mq_packet *pk);
+int unsubscribe_packet(conn *c, mq_packet *pk);
 
 /* ---- statistics (stats.c) ------------------------------------------------------------------ */
 
@@ -543,6 +571,8 @@ enum {
 	ST_PASSWORD_CHECKS, /* passwords checked against password_file */
 	ST_REFUSED_PACE,    /* CONNECTs answered "try later" unchecked: password checks of their
 			     * address, or of their name there, booked AUTH_MAX_WAIT ahead */
+	ST_REFUSED_BACKLOG, /* SUBSCRIBE filters refused (quota exceeded): the backlog of their
+			     * retained messages would pass a retained_backlog_bytes budget */
 	ST_COUNT
 };
 void stats_init(void);

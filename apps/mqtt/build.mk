@@ -9,8 +9,8 @@
 # store.c; docs/weft-mqtt-security.md and weft-mqtt-durability.md) are in MQTT_SRC where their
 # libraries are (OpenSSL, SQLite); prod_auth.mk and prod_store.mk build their unit tests.
 MQTT_SRC := $(addprefix apps/mqtt/,codec.c encode.c config.c conn.c epoch.c msg.c pool.c \
-	session.c delivery.c writer.c retained.c deadline.c stats.c topic.c access.c acl.c persist.c metrics.c \
-	bridge.c ratelimit.c pace.c textfile.c kick.c login.c)
+	session.c delivery.c writer.c retained.c subscribe.c deadline.c stats.c topic.c access.c acl.c \
+	persist.c metrics.c bridge.c ratelimit.c pace.c textfile.c kick.c login.c)
 MQTT_HDR := $(addprefix apps/mqtt/,broker.h codec.h acl.h auth.h ws.h tls.h store.h store_queue.h \
 	bridge.h ratelimit.h textfile.h) include/weft.h
 MQTT_LIBS :=

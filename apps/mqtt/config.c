@@ -28,6 +28,13 @@ void conf_defaults(broker_conf *c)
 	c->allow_anonymous = -1;
 	c->sys_interval = 10;
 	c->qos0_queue_bytes = 1 << 20;
+	/* retained backlogs (retained.c counts an entry as its slots and its whole message, in
+	 * its pool allocation, a power of 2): 64 MiB takes a `#` subscriber over 100,000
+	 * retained messages of up to about 400 bytes, or 15,000 of 4,000; four times that for
+	 * all clients together leaves room for several such at once and keeps what clients that
+	 * read nothing pin a fraction of a small host */
+	c->backlog_bytes = 64l << 20;
+	c->backlog_bytes_total = 256l << 20;
 	c->pw_rate = 0.5; /* password_pace: auth.h's defaults */
 	c->pw_burst = 5;
 	/* widens the window between a connection letting go of its session and the session's
@@ -212,6 +219,12 @@ static int option(broker_conf *c, const char *file, int line, char **w, int nw)
 		c->max_queued_bytes = n;
 		return 0;
 	}
+	if (!strcmp(o, "retained_backlog_bytes") || !strcmp(o, "retained_backlog_bytes_total")) {
+		if (conf_number(file, line, o, v, 0, LONG_MAX, &n) < 0)
+			return -1;
+		*(strcmp(o, "retained_backlog_bytes") ? &c->backlog_bytes_total : &c->backlog_bytes) = n;
+		return 0;
+	}
 	if (!strcmp(o, "max_connection_rate"))
 		return rate_option(file, line, o, "connections", v, &c->conn_rate, &c->conn_burst);
 	if (!strcmp(o, "password_pace"))
@@ -318,7 +331,8 @@ static void usage(FILE *o)
 		"  -c, --config-file FILE  read options from FILE (mosquitto syntax): listener,\n"
 		"                          bind_address, port, max_connections, max_inflight_messages,\n"
 		"                          max_queued_messages, max_queued_bytes, max_connection_rate,\n"
-		"                          max_publish_rate,\n"
+		"                          max_publish_rate, retained_backlog_bytes,\n"
+		"                          retained_backlog_bytes_total,\n"
 		"                          message_size_limit, max_keepalive,\n"
 		"                          allow_anonymous, sys_interval, password_file,\n"
 		"                          password_pace, allow_plain_passwords, acl_file,\n"

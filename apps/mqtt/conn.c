@@ -167,39 +167,6 @@ void conn_refuse(conn *c, int version, int rc5, int rc3)
 	write_now(c, b, n);
 }
 
-/* ---- subscriptions kept by the session ------------------------------------------------------ */
-
-void subrec_add(session *s, const uint8_t *f, uint16_t len)
-{
-	WEFT_WITH_LOCK(&s->lock) {
-		for (subrec *r = s->subs; r; r = r->next)
-			if (r->len == len && !memcmp(r->filter, f, len))
-				goto out;
-		subrec *r = malloc(sizeof *r + len);
-		if (!r)
-			abort();
-		r->len = len;
-		memcpy(r->filter, f, len);
-		r->next = s->subs;
-		s->subs = r;
-	out:;
-	}
-}
-
-static void subrec_del(session *s, const uint8_t *f, uint16_t len)
-{
-	WEFT_WITH_LOCK(&s->lock) {
-		for (subrec **pp = &s->subs; *pp; pp = &(*pp)->next)
-			if ((*pp)->len == len && !memcmp((*pp)->filter, f, len)) {
-				subrec *r = *pp;
-				*pp = r->next;
-				free(r);
-				retained_forget(s, (const char *)f, len);
-				break;
-			}
-	}
-}
-
 /* ---- packet handlers ------------------------------------------------------------------------ */
 
 /* Who is connecting: the password file (when there is one, at the pace of pace.c) and
@@ -454,97 +421,6 @@ static int on_publish(conn *c, mq_packet *pk)
 	return 0;
 }
 
-static int on_subscribe(conn *c, mq_packet *pk)
-{
-	session *s = c->s;
-	uint32_t n = 0, pos = 0;
-	mq_bytes f;
-	uint8_t o;
-	while (mq_sub_next(pk, &pos, &f, &o))
-		n++;
-	/* codes[i]: the SUBACK's; want[i]: 2 to send filter i's retained messages after it, 1
-	 * to let a backlog of them still pending go on under the new options (retained.c) */
-	uint8_t small[128], *codes = n <= 64 ? small : malloc(2 * (size_t)n);
-	if (!codes)
-		abort();
-	uint8_t *want = codes + n;
-	uint32_t subid = c->version == 5 ? pk->props.subscription_id : 0;
-	pos = 0;
-	for (uint32_t i = 0; mq_sub_next(pk, &pos, &f, &o); i++) {
-		bool shared = f.len >= 7 && !memcmp(f.p, "$share/", 7);
-		want[i] = 0;
-		if (mq_topic_filter_check(f.p, f.len) < 0) {
-			codes[i] = c->version == 5 ? MQ_RC_TOPIC_FILTER_INVALID : 0x80;
-			continue;
-		}
-		if (shared && (o & SUB_NL)) { /* [MQTT-3.8.3-4] */
-			if (codes != small)
-				free(codes);
-			return -MQ_RC_PROTOCOL_ERROR;
-		}
-		acl_client *a = access_binding(s);
-		if (a && !acl_check_subscribe(a, (const char *)f.p, f.len)) {
-			codes[i] = c->version == 5 ? MQ_RC_NOT_AUTHORIZED : 0x80;
-			continue;
-		}
-		if (c->peer_bridge && !shared) /* as mosquitto: its own messages never go back */
-			o |= SUB_NL | SUB_RAP;
-		int existed = topic_subscribe(s, (const char *)f.p, (uint16_t)f.len,
-					      (uint8_t)(o & 0x3F), subid);
-		subrec_add(s, f.p, (uint16_t)f.len);
-		persist_sub(s, (const char *)f.p, (uint16_t)f.len, (uint8_t)(o & 0x3F), subid, c);
-		codes[i] = (uint8_t)(o & 3);
-		int rh = (o >> 4) & 3;
-		want[i] = shared ? 0 : rh == 0 || (rh == 1 && !existed) ? 2 : 1;
-	}
-	if (persist_on && c->ticket && persist_wait(c) < 0) { /* SUBACK once durable */
-		if (codes != small)
-			free(codes);
-		return -MQ_RC_UNSPECIFIED;
-	}
-	uint8_t *out = malloc(16 + (size_t)n);
-	if (!out)
-		abort();
-	size_t len = mq_enc_suback(out, c->version, MQ_SUBACK, pk->packet_id, codes, (int)n, NULL);
-	send_pkt(c, out, len);
-	free(out);
-	pos = 0;
-	for (uint32_t i = 0; mq_sub_next(pk, &pos, &f, &o); i++)
-		if (want[i] == 2)
-			topic_send_retained(s, (const char *)f.p, (uint16_t)f.len, o & 3, subid, c);
-		else if (want[i])
-			retained_resubscribed(s, (const char *)f.p, (uint16_t)f.len, o & 3, subid);
-	if (codes != small)
-		free(codes);
-	return 0;
-}
-
-static int on_unsubscribe(conn *c, mq_packet *pk)
-{
-	uint32_t pos = 0, n = 0;
-	mq_bytes f;
-	while (mq_sub_next(pk, &pos, &f, NULL))
-		n++;
-	uint8_t *codes = malloc(n + 16), *out = malloc(n + 16);
-	if (!codes || !out)
-		abort();
-	pos = n = 0;
-	while (mq_sub_next(pk, &pos, &f, NULL)) {
-		int found = topic_unsubscribe(c->s, (const char *)f.p, (uint16_t)f.len);
-		if (found) {
-			subrec_del(c->s, f.p, (uint16_t)f.len);
-			/* the UNSUBACK goes out with the batch's output, once this is durable */
-			persist_unsub(c->s, (const char *)f.p, (uint16_t)f.len, c);
-		}
-		codes[n++] = found ? 0 : MQ_RC_NO_SUBSCRIPTION_EXISTED;
-	}
-	size_t len = mq_enc_suback(out, c->version, MQ_UNSUBACK, pk->packet_id, codes, (int)n, NULL);
-	send_pkt(c, out, len);
-	free(codes);
-	free(out);
-	return 0;
-}
-
 /* Returns 0 to go on, 1 for a client's DISCONNECT, or a negative reason code. */
 static int handle(conn *c, const uint8_t *p, size_t n, bool *will)
 {
@@ -591,9 +467,9 @@ static int handle(conn *c, const uint8_t *p, size_t n, bool *will)
 		session_pubcomp(c->s, pk.packet_id, c);
 		return 0;
 	case MQ_SUBSCRIBE:
-		return on_subscribe(c, &pk);
+		return subscribe_packet(c, &pk);
 	case MQ_UNSUBSCRIBE:
-		return on_unsubscribe(c, &pk);
+		return unsubscribe_packet(c, &pk);
 	case MQ_PINGREQ: {
 		uint8_t b[2];
 		send_pkt(c, b, mq_enc_simple(b, MQ_PINGRESP));

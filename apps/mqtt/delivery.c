@@ -401,9 +401,9 @@ void session_deliver(session *s, msg *m, int qos, int retain, const uint32_t *su
 }
 
 void session_retained(session *s, const char *f, uint16_t len, msg **v, uint32_t n, int max_qos,
-		      uint32_t subid, conn *by)
+		      uint32_t subid, uint64_t reserved, conn *by)
 {
-	retained_start(s, f, len, v, n, max_qos, subid);
+	retained_start(s, f, len, v, n, max_qos, subid, reserved);
 	bool flush = want_flush(s, by);
 	weft_mutex_unlock(&s->lock);
 	after(s, by, flush);

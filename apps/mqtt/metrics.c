@@ -134,6 +134,10 @@ static void broker_metrics(tbuf *b)
 	    "CONNECTs told to try later without a password check: the pace of their address, or of "
 	    "their name there, was booked 10 s ahead.",
 	    stats_sum(ST_REFUSED_PACE));
+	one(b, "weft_mqtt_subscriptions_refused_total", "counter",
+	    "SUBSCRIBE filters refused with quota exceeded: the retained messages they would send "
+	    "passed retained_backlog_bytes or retained_backlog_bytes_total.",
+	    stats_sum(ST_REFUSED_BACKLOG));
 	/* A gauge kept as per-worker sums of +1 and -1: the total is right modulo 2^64. */
 	one(b, "weft_mqtt_queued_messages", "gauge",
 	    "QoS 1/2 messages queued beyond the clients' inflight windows.",
@@ -151,6 +155,8 @@ static void broker_metrics(tbuf *b)
 	tprintf(b, "weft_mqtt_memory_bytes{part=\"malloc_free\"} %zu\n", mi.fordblks);
 	tprintf(b, "weft_mqtt_memory_bytes{part=\"pool_free_lists\"} %ld\n", pool_cached_bytes());
 	tprintf(b, "weft_mqtt_memory_bytes{part=\"topic_tree\"} %ld\n", topic_bytes());
+	tprintf(b, "weft_mqtt_memory_bytes{part=\"retained_backlogs\"} %llu\n",
+		(unsigned long long)retained_backlog_bytes());
 	head(b, "weft_mqtt_uptime_seconds", "gauge", "Seconds since the broker started.");
 	tprintf(b, "weft_mqtt_uptime_seconds %.3f\n", (double)(weft_now() - broker_start) / 1e9);
 	char *br = bridge_metrics_text();

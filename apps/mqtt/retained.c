@@ -53,11 +53,33 @@
  *    handling 1 or 2) lets a pending backlog go on under the new options, since what the
  *    first SUBSCRIBE asked for is owed still.
  *
+ * What backlogs may hold (the budgets). A backlog costs its slots (a pointer, and once a live
+ * message comes a slot of its topic index: ENTRY_BYTES with their slack) and keeps alive every
+ * message it references: a retained message replaced or cleared after the snapshot stays in
+ * memory for it. So each entry is counted as its slots and its whole message (retained_cost),
+ * as if every message it references were to be replaced - which a publisher can do at will -
+ * and what is counted goes against the session's budget (conf.backlog_bytes) and every
+ * session's together (conf.backlog_bytes_total) from the SUBSCRIBE until the entry is sent or
+ * the backlog ends. A SUBSCRIBE whose backlog would pass either is refused (subscribe.c:
+ * retained_admit is asked before the filter is subscribed, and reserves the cost). Rejected:
+ *  - counting a message only when the store lets go of it while a backlog still holds it:
+ *    closer to what memory is held (overlapping filters over messages that do not change cost
+ *    their slots only), but the cost then comes after the SUBSCRIBE was granted, from another
+ *    client's PUBLISH, and is not any one session's (several backlogs may hold one message),
+ *    so it could only be refused to the next SUBSCRIBE of anyone, and one client could use up
+ *    the broker's budget for all;
+ *  - counting slots only (8 to 16 bytes an entry): it leaves the replaced versions, the
+ *    larger part, unbounded.
+ * The price is that a client with many overlapping filters over a large store is refused
+ * sooner than the memory it holds would demand; the budgets are sized for the store a single
+ * `#` subscriber takes whole (docs/weft-mqtt.md, Limits).
+ *
  * Everything here runs under the session's lock. topic_send_retained takes the snapshot under
  * the tree's lock and takes the session's before letting the tree's go (lock order: the tree,
  * then a session), so that no retained message can change, and be delivered live, between the
  * snapshot and the backlog being in place for retained_overtake to see.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,11 +89,21 @@
  * writes, small next to qos0_queue_bytes, which then stays the room of live QoS 0 traffic */
 #define RETAINED_CHUNK 65536
 
+/* What an entry's slots cost at most: its pointer in the snapshot (an array grown by
+ * doubling: up to 2 slots of 8 bytes an entry) and its topic index (4-byte slots, up to 4 an
+ * entry: twice the entries pending, rounded up to a power of 2) */
+#define ENTRY_BYTES 32
+
+/* What every session's backlogs and reservations cost together (retained_cost of each entry
+ * pending, as s->backlog_bytes is for one session) */
+static _Atomic uint64_t total;
+
 struct rbacklog {
 	struct rbacklog *next;
 	msg **v;          /* the snapshot; an entry is NULL once sent or taken out */
 	uint32_t n, at;   /* entries; the next to drain (all before it are NULL) */
 	uint32_t *index;  /* topic -> entry + 1, open addressing, built on first use; 0: empty */
+	uint64_t cost;    /* retained_cost of the entries pending */
 	uint32_t mask;
 	uint32_t subid;
 	uint8_t max_qos;
@@ -79,8 +111,39 @@ struct rbacklog {
 	char filter[];
 };
 
-static void backlog_free(rbacklog *b)
+uint64_t retained_cost(const msg *m)
 {
+	return ENTRY_BYTES + pool_size(m);
+}
+
+uint64_t retained_backlog_bytes(void)
+{
+	return atomic_load_explicit(&total, memory_order_relaxed);
+}
+
+static void charge(session *s, uint64_t c)
+{
+	s->backlog_bytes += c;
+	atomic_fetch_add_explicit(&total, c, memory_order_relaxed);
+}
+
+static void uncharge(session *s, uint64_t c)
+{
+	s->backlog_bytes -= c;
+	atomic_fetch_sub_explicit(&total, c, memory_order_relaxed);
+}
+
+/* Entry m leaves b (sent, or taken out to be). */
+static void entry_gone(session *s, rbacklog *b, const msg *m)
+{
+	uint64_t c = retained_cost(m);
+	b->cost -= c;
+	uncharge(s, c);
+}
+
+static void backlog_free(session *s, rbacklog *b)
+{
+	uncharge(s, b->cost);
 	for (uint32_t i = b->at; i < b->n; i++)
 		msg_unref(b->v[i]);
 	free(b->v);
@@ -114,7 +177,7 @@ void retained_forget(session *s, const char *f, uint16_t len)
 	rbacklog **pp = find(s, f, len), *b = *pp;
 	if (b) {
 		*pp = b->next;
-		backlog_free(b);
+		backlog_free(s, b);
 	}
 }
 
@@ -123,7 +186,7 @@ void retained_drop_all(session *s)
 	while (s->backlog) {
 		rbacklog *b = s->backlog;
 		s->backlog = b->next;
-		backlog_free(b);
+		backlog_free(s, b);
 	}
 }
 
@@ -143,19 +206,74 @@ bool retained_drain(session *s)
 					  : s->out_len >= RETAINED_CHUNK)
 				return added;
 			b->v[b->at] = NULL;
+			entry_gone(s, b, m);
 			send_entry(s, b, m, NULL, now);
 			added = true;
 		}
 		s->backlog = b->next;
-		backlog_free(b);
+		backlog_free(s, b);
 	}
 	return added;
 }
 
+static uint64_t budget(long b)
+{
+	return b > 0 ? (uint64_t)b : UINT64_MAX;
+}
+
+/* What s may add now, within its budget and the broker's, its backlog for f counted as gone. */
+static uint64_t room(session *s, const char *f, uint16_t len)
+{
+	rbacklog *b = *find(s, f, len);
+	uint64_t gone = b ? b->cost : 0, own = s->backlog_bytes - gone;
+	uint64_t all = retained_backlog_bytes();
+	all = all > gone ? all - gone : 0;
+	uint64_t bs = budget(conf.backlog_bytes), bt = budget(conf.backlog_bytes_total);
+	uint64_t rs = own < bs ? bs - own : 0, rt = all < bt ? bt - all : 0;
+	return rs < rt ? rs : rt;
+}
+
+bool retained_admit(session *s, const char *f, uint16_t len, uint64_t *reserved)
+{
+	*reserved = 0;
+	uint64_t limit = 0;
+	WEFT_WITH_LOCK(&s->lock)
+		limit = room(s, f, len);
+	uint64_t cost = topic_retained_cost(f, len, limit);
+	if (!cost)
+		return true;
+	bool ok = false;
+	WEFT_WITH_LOCK(&s->lock) {
+		/* again: other sessions charged meanwhile. Added, then checked, so that two
+		 * SUBSCRIBEs at once cannot both take the broker's last room */
+		rbacklog *b = *find(s, f, len);
+		uint64_t gone = b ? b->cost : 0;
+		if (s->backlog_bytes - gone + cost > budget(conf.backlog_bytes))
+			break;
+		uint64_t t = atomic_fetch_add_explicit(&total, cost, memory_order_relaxed) + cost;
+		if (t - gone > budget(conf.backlog_bytes_total)) {
+			atomic_fetch_sub_explicit(&total, cost, memory_order_relaxed);
+			break;
+		}
+		s->backlog_bytes += cost;
+		ok = true;
+	}
+	if (ok)
+		*reserved = cost;
+	return ok;
+}
+
+void retained_unreserve(session *s, uint64_t reserved)
+{
+	WEFT_WITH_LOCK(&s->lock)
+		uncharge(s, reserved);
+}
+
 void retained_start(session *s, const char *f, uint16_t len, msg **v, uint32_t n, int max_qos,
-		    uint32_t subid)
+		    uint32_t subid, uint64_t reserved)
 {
 	retained_forget(s, f, len);
+	uncharge(s, reserved);
 	if (s->dead || !n) {
 		for (uint32_t i = 0; i < n; i++)
 			msg_unref(v[i]);
@@ -167,6 +285,9 @@ void retained_start(session *s, const char *f, uint16_t len, msg **v, uint32_t n
 		abort();
 	b->v = v;
 	b->n = n;
+	for (uint32_t i = 0; i < n; i++)
+		b->cost += retained_cost(v[i]);
+	charge(s, b->cost);
 	b->subid = subid;
 	b->max_qos = (uint8_t)max_qos;
 	b->len = len;
@@ -250,6 +371,7 @@ int retained_overtake(session *s, const msg *m, int qos, conn *by)
 		}
 		msg *r = *e;
 		*e = NULL;
+		entry_gone(s, b, r);
 		if (!now)
 			now = weft_now();
 		send_entry(s, b, r, by, now);

@@ -700,21 +700,32 @@ typedef struct walk {
 	int all;       /* collect the whole subtree ('#') */
 } walk;
 
-static void collect(tnode *n, route_buf *out)
+/* Where retained_match puts what it finds: references in out, or (out NULL) their cost
+ * summed, the walk ending once it passes limit. */
+typedef struct found {
+	route_buf *out;
+	uint64_t cost, limit;
+} found;
+
+static void collect(tnode *n, found *to)
 {
-	if (n->retained) {
-		msg **v = route_grow(out, sizeof(msg *), out->n + 1);
-		v[out->n++] = msg_ref(n->retained);
+	if (!n->retained)
+		return;
+	if (!to->out) {
+		to->cost += retained_cost(n->retained);
+		return;
 	}
+	msg **v = route_grow(to->out, sizeof(msg *), to->out->n + 1);
+	v[to->out->n++] = msg_ref(n->retained);
 }
 
 /* Every retained message under a filter. Writer lock held. Iterative: topics may be deep. */
-static void retained_match(const char *f, uint16_t len, route_buf *out, route_buf *stack)
+static void retained_match(const char *f, uint16_t len, found *out, route_buf *stack)
 {
 	walk *w = route_grow(stack, sizeof(walk), 1);
 	w[0] = (walk){ root, 0, 0, 0 };
 	stack->n = 1;
-	while (stack->n) {
+	while (stack->n && (out->out || out->cost <= out->limit)) {
 		walk x = ((walk *)stack->v)[--stack->n];
 		ctab *t = atomic_load_explicit(&x.n->kids, memory_order_relaxed);
 		if (x.all) {
@@ -771,15 +782,26 @@ static void retained_match(const char *f, uint16_t len, route_buf *out, route_bu
  * a retained message changed after the snapshot is delivered live after the backlog is in
  * place, and so never overtaken by the older one (retained_overtake). */
 void topic_send_retained(session *s, const char *f, uint16_t len, int max_qos, uint32_t subid,
-			 conn *by)
+			 uint64_t reserved, conn *by)
 {
 	route_buf out = { 0 }, stack = { 0 };
+	found to = { &out, 0, 0 };
 	weft_mutex_lock(&wlock);
-	retained_match(f, len, &out, &stack);
+	retained_match(f, len, &to, &stack);
 	weft_mutex_lock(&s->lock);
 	weft_mutex_unlock(&wlock);
 	free(stack.v);
-	session_retained(s, f, len, out.v, out.n, max_qos, subid, by);
+	session_retained(s, f, len, out.v, out.n, max_qos, subid, reserved, by);
+}
+
+uint64_t topic_retained_cost(const char *f, uint16_t len, uint64_t limit)
+{
+	route_buf stack = { 0 };
+	found to = { NULL, 0, limit };
+	WEFT_WITH_LOCK(&wlock)
+		retained_match(f, len, &to, &stack);
+	free(stack.v);
+	return to.cost;
 }
 
 uint32_t topic_hash(const char *s, size_t n)

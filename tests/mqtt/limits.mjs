@@ -11,13 +11,17 @@
 // sending is disconnected after 1.5 times its keep-alive and its will is published); a client
 // that pings but never reads, with a retained backlog pending while live messages come on its
 // topics, costs the broker bounded memory (the limits of live delivery hold; drops counted); a
-// CONNECT larger than any CONNECT needs is refused as soon as its length is read.
+// CONNECT larger than any CONNECT needs is refused as soon as its length is read; what the
+// retained backlogs of clients that read nothing may hold is bounded per client and in all, a
+// SUBSCRIBE past it refused in the SUBACK (5.0: 0x97; 3.1.1: 0x80).
 // mosquitto has no max_connection_rate and no metrics endpoint, and counts max_queued_bytes
 // differently (inflight messages included): against it those tests only start it and pass.
 // Against mosquitto 2.0.11 the others fail where it differs: it checks keep-alives every 5 s
 // (limits_keepalive_will_*), lets two messages out per PUBACK (limits_max_inflight_v311, as
 // receive_maximum_v5 in raw.mjs), announces no maximum packet size for message_size_limit
-// (limits_packet_too_large_v5), and left the 4th connection open (limits_max_connections).
+// (limits_packet_too_large_v5), left the 4th connection open (limits_max_connections), and
+// grants every SUBSCRIBE, dropping retained messages past its queue
+// (limits_retained_backlog_budget_nonreaders).
 import http from 'node:http';
 import {
 	test, startBroker, stopBroker, client, raw, until, eq, assert, sleep, freePort, connectPacket,
@@ -305,6 +309,118 @@ test('limits_backlog_pinging_nonreader_bounded_v311', async () => {
 	await sleep(200);
 	eq(new Set(last()).size, R, 'every retained message of the last SUBSCRIBE');
 	eq(last().length, R, '...each once');
+});
+
+// What the retained backlogs of clients that read nothing may pin is bounded, and a SUBSCRIBE
+// past the bound is refused in its SUBACK (5.0: 0x97 Quota exceeded; 3.1.1: 0x80) rather than
+// granted with retained messages missing. Budgets of 7 MiB a client and 11 MiB in all; 500
+// retained QoS 1 messages of 4,000 bytes (a backlog of them all is counted as about 1.96 MiB:
+// its slots and each message whole, in its 4 KiB allocation). Two clients stop reading after
+// their CONNACK and never acknowledge (so a backlog drains by at most a window of 2):
+//  (a) the 5.0 one subscribes 5 distinct filters that each match all 500: 3 are granted, the
+//      4th and 5th pass its 7 MiB and get 0x97;
+//  (b) the 3.1.1 one, 16 rounds of: every retained message replaced, then a new filter, whose
+//      backlog would keep that round's versions alive: 2 are granted, then the broker's
+//      11 MiB is reached (its own 7 MiB is not) and the rest get 0x80.
+// Without the budgets (b) keeps 16 versions of the store, 32 MB. The broker's memory grows by
+// less than its budget and slack; the gauge of what backlogs hold stays within the budget; the
+// refusals are counted. Then the clients read: every SUBACK came, with the codes above.
+test('limits_retained_backlog_budget_nonreaders', async () => {
+	const mport = await freePort();
+	const MiB = 1 << 20;
+	const b = await startBroker({ max_inflight_messages: 2, max_queued_messages: 10,
+		...(BROKER === 'weft' ? { metrics_listener: `${mport} 127.0.0.1`,
+			retained_backlog_bytes: 7 * MiB, retained_backlog_bytes_total: 11 * MiB } : {}) });
+	const pub = await client(4);
+	const R = 500, body = (r) => Buffer.alloc(4000, 97 + r);
+	const replaceAll = async (r) => {
+		for (let i = 0; i < R; i++) pub.publish(`bb/a/b/${i}`, body(r), { qos: 1, retain: true });
+		await pub.publishAsync('bb/sync', 'x', { qos: 1 }); // a connection's packets in order
+	};
+	await replaceAll(0);
+	const rss0 = brokerRssKb(b);
+	const nonreader = async (version, clientId) => {
+		const c = await raw();
+		await c.send(connectPacket({ version, clientId, keepalive: 0 }));
+		await until(() => c.of(CONNACK).length, 3000, 'CONNACK');
+		c.sock.pause();
+		return c;
+	};
+	// filters that each match every bb/a/b/<i>, all different
+	const filters = ['bb/a/b/+', 'bb/a/+/+', 'bb/+/b/+', '+/a/b/+', 'bb/a/b/#', 'bb/a/+/#',
+		'bb/+/+/+', '+/+/b/+', '+/a/+/+', 'bb/+/b/#', '+/a/b/#', '+/+/+/+', 'bb/+/+/#',
+		'+/+/b/#', '+/a/+/#', '+/+/+/#', '#', 'bb/#', '+/#', 'bb/a/#', '+/+/#'];
+	const a = await nonreader(5, 'nonreader-a');
+	for (let i = 0; i < 5; i++) await a.send(subscribePacket(i + 1, filters[i], 1, 5));
+	const bc = await nonreader(4, 'nonreader-b');
+	for (let r = 1; r <= 16; r++) {
+		await replaceAll(r);
+		await bc.send(subscribePacket(r, filters[5 + r - 1], 1));
+	}
+	await pub.publishAsync('bb/sync', 'x', { qos: 1 });
+	await sleep(300);
+	const grown = brokerRssKb(b) - rss0;
+	console.error(`  RSS grew by ${grown} KiB`);
+	if (!brokerSanitized(b))
+		assert(grown < 16 * 1024, `the broker's memory grew by ${grown} KiB for two clients that read nothing`);
+	if (BROKER === 'weft') {
+		const m = await scrape(mport);
+		const held = m.get('weft_mqtt_memory_bytes{part="retained_backlogs"}');
+		assert(held > 8 * MiB && held <= 11 * MiB, `backlogs hold ${held} bytes: within 11 MiB, and full`);
+		eq(m.get('weft_mqtt_subscriptions_refused_total'), 2 + 14, 'refused filters counted');
+	}
+	// Now they read: the SUBACKs, in order, among the retained messages of the granted filters.
+	a.sock.resume();
+	bc.sock.resume();
+	const codes = (c) => c.of(SUBACK).map((p) => p.body[p.body.length - 1]);
+	await until(() => codes(a).length === 5 && codes(bc).length === 16, 10000, 'every SUBACK');
+	eq(codes(a), [1, 1, 1, 0x97, 0x97], '5.0: the filters past the client\'s budget, Quota exceeded');
+	eq(codes(bc), [1, 1, ...Array(14).fill(0x80)], '3.1.1: the filters past the broker\'s budget, failure');
+	assert(!a.closed && !bc.closed, 'both clients still connected');
+});
+
+// A filter refused for the budget changes nothing, and only what would be pending is counted:
+// with 3 MiB a client and 500 retained QoS 1 messages of 4,000 bytes (about 1.96 MiB as a
+// backlog), a client that does not acknowledge (a window of 2) gets rb/# granted, +/# refused
+// (0x97; a live message only +/# matches does not come), rb/# again granted (its pending backlog
+// is replaced, so counted as gone), a filter matching no retained message granted, and +/# with
+// retain handling 2 (no retained messages) granted. Then it acknowledges: every retained
+// message of rb/# comes, the live message of the granted +/# too.
+test('limits_retained_backlog_refused_filter_changes_nothing_v5', async () => {
+	await startBroker({ max_inflight_messages: 2,
+		...(BROKER === 'weft' ? { retained_backlog_bytes: 3 << 20 } : {}) });
+	const pub = await client(4);
+	const R = 500, big = Buffer.alloc(4000, 99);
+	for (let i = 0; i < R; i++) pub.publish(`rb/${i}`, big, { qos: 1, retain: true });
+	await pub.publishAsync('rb/sync', 'x', { qos: 1 });
+	const c = await raw();
+	await c.send(connectPacket({ version: 5, clientId: 'budget' }));
+	await until(() => c.of(CONNACK).length, 3000, 'CONNACK');
+	const subscribe = async (id, filter, opts) => {
+		await c.send(subscribePacket(id, filter, opts, 5));
+		const mine = () => c.of(SUBACK).find((p) => p.body.readUInt16BE(0) === id);
+		await until(mine, 3000, `the SUBACK of ${filter}`);
+		return mine().body[mine().body.length - 1];
+	};
+	eq(await subscribe(1, 'rb/#', 1), 1, 'the first backlog fits');
+	eq(await subscribe(2, '+/#', 1), 0x97, 'a second of as much does not: Quota exceeded');
+	await pub.publishAsync('zz/1', 'only +/# matches', { qos: 1 });
+	eq(await subscribe(3, 'rb/#', 1), 1, 'the same filter again: its pending backlog counted as gone');
+	eq(await subscribe(4, 'none/#', 1), 1, 'a filter that matches no retained message costs nothing');
+	eq(await subscribe(5, '+/#', 1 | 0x20), 1, 'retain handling 2 sends none: not counted');
+	await pub.publishAsync('zz/2', 'for +/#', { qos: 1 });
+	const topic = (p) => p.body.subarray(2, 2 + p.body.readUInt16BE(0)).toString();
+	const pid = (p) => p.body.readUInt16BE(2 + p.body.readUInt16BE(0));
+	let acked = 0;
+	const rb = () => new Set(c.of(PUBLISH).map(topic).filter((t) => t.startsWith('rb/')));
+	await until(async () => {
+		const ps = c.of(PUBLISH);
+		for (; acked < ps.length; acked++) if (ps[acked].flags & 6) await c.send(packet(4, 0, u16(pid(ps[acked]))));
+		return rb().size === R && c.of(PUBLISH).some((p) => topic(p) === 'zz/2');
+	}, 10000, 'every retained message of rb/#, and zz/2');
+	await sleep(200);
+	eq(c.of(PUBLISH).filter((p) => topic(p) === 'zz/1').length, 0, 'nothing for the refused filter');
+	eq(c.of(PUBLISH).filter((p) => topic(p) === 'zz/2').length, 1, 'the live message of +/# once');
 });
 
 // A client pipelines SUBSCRIBEs to # over many retained messages, reads nothing, and leaves:

@@ -285,7 +285,7 @@ static int retained_main(void *arg)
 		{ "+/+/+", 1 }, { "$SYS/#", 1 }, { "gone", 0 }, { "r/b/#", 1 }, { "nothing/#", 0 },
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-		topic_send_retained(s, cases[i].f, (uint16_t)strlen(cases[i].f), 2, 5, NULL);
+		topic_send_retained(s, cases[i].f, (uint16_t)strlen(cases[i].f), 2, 5, 0, NULL);
 		if ((int)s->ninflight != cases[i].want)
 			fprintf(stderr, "filter %s: %u retained, want %d\n", cases[i].f,
 				s->ninflight, cases[i].want);
@@ -301,7 +301,7 @@ static int retained_main(void *arg)
 		}
 	}
 	/* capped at the subscription's QoS */
-	topic_send_retained(s, "r/a", 3, 1, 0, NULL);
+	topic_send_retained(s, "r/a", 3, 1, 0, 0, NULL);
 	dlv *d = pop_sent(s);
 	CHECK_EQ(d->qos, 1);
 	drop(d);
@@ -333,7 +333,7 @@ static int deep_main(void *arg)
 	CHECK_EQ(sub(s, "l/#", 2, 0), 0);
 	CHECK_EQ(pub(t, 2, 1, "deep", NULL), 1);
 	drop(pop_sent(s));
-	topic_send_retained(s, "#", 1, 2, 0, NULL);
+	topic_send_retained(s, "#", 1, 2, 0, 0, NULL);
 	CHECK_EQ(s->ninflight, 1);
 	drop(pop_sent(s));
 	pool_free(s->out);
@@ -755,7 +755,7 @@ static int backlog_qos0_main(void *arg)
 	uint64_t drop0 = stats_sum(ST_DROP_QOS0), all0 = stats_sum(ST_PUB_DROPPED);
 	const size_t bound = (size_t)conf.qos0_queue_bytes + 2 * (OT_SIZE + 64);
 	for (int round = 0; round < 3; round++) {
-		topic_send_retained(s, "o/#", 3, 0, 0, &by);
+		topic_send_retained(s, "o/#", 3, 0, 0, 0, &by);
 		publish_live("o", OT_N, 0, &by);
 		if (s->out_len > bound)
 			fprintf(stderr, "round %d: %zu bytes of output, over %zu\n", round,
@@ -829,7 +829,7 @@ static int backlog_qos1_main(void *arg)
 		pub(t, 1, 1, payload, NULL);
 	}
 	CHECK_EQ(sub(s, "q/#", 1, 0), 0);
-	topic_send_retained(s, "q/#", 3, 1, 0, &by);
+	topic_send_retained(s, "q/#", 3, 1, 0, 0, &by);
 	CHECK_EQ(s->ninflight, 20);
 	uint64_t full0 = stats_sum(ST_DROP_QUEUE_FULL), all0 = stats_sum(ST_PUB_DROPPED);
 	publish_live("q", OT1_N, 1, &by);
