@@ -180,6 +180,12 @@ int unsubscribe_packet(conn *c, mq_packet *pk)
 		abort();
 	pos = n = 0;
 	while (mq_sub_next(pk, &pos, &f, NULL)) {
+		/* a filter nobody could have subscribed: 5.0 says so; 3.1.1 has no code for it,
+		 * and there is nothing to unsubscribe */
+		if (mq_topic_filter_check(f.p, f.len) < 0) {
+			codes[n++] = MQ_RC_TOPIC_FILTER_INVALID;
+			continue;
+		}
 		int found = topic_unsubscribe(c->s, (const char *)f.p, (uint16_t)f.len);
 		if (found) {
 			subrec_del(c->s, f.p, (uint16_t)f.len);

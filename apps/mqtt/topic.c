@@ -391,7 +391,9 @@ static void group_free(void *p)
 	free(g);
 }
 
-/* Split "$share/group/filter": returns the filter part and sets the group, or NULL group. */
+/* Split "$share/group/filter": returns the filter part and sets the group, or NULL group.
+ * The filter was checked (mq_topic_filter_check); one without its filter part is taken as it
+ * is, not shared, rather than read past. */
 static const char *share_split(const char *f, uint16_t *len, const char **g, uint16_t *glen)
 {
 	*g = NULL;
@@ -399,6 +401,8 @@ static const char *share_split(const char *f, uint16_t *len, const char **g, uin
 		return f;
 	const char *name = f + 7;
 	const char *slash = memchr(name, '/', *len - 7u);
+	if (!slash)
+		return f;
 	*g = name;
 	*glen = (uint16_t)(slash - name);
 	*len = (uint16_t)(*len - (slash + 1 - f));

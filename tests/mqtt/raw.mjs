@@ -21,7 +21,7 @@
 // 1 s: it checks keep-alives every few seconds) and receive_maximum_v5 (with a Receive Maximum
 // of 2, one PUBACK lets it send two more: three in flight, MQTT-3.3.4-9).
 import {
-	test, startBroker, client, raw, until, eq, assert, sleep, connectPacket, subscribePacket,
+	test, skip, startBroker, client, raw, until, eq, assert, sleep, connectPacket, subscribePacket,
 	publishPacket, packet, str, u16, u32, varint, bystanders, brokerRssKb, brokerSanitized, CONNACK,
 	PUBLISH, PUBACK, DISCONNECT, BROKER,
 } from './lib.mjs';
@@ -348,6 +348,32 @@ test('will_publish_properties_v5', async () => {
 	eq(ids.filter((id) => id !== 0x02).sort((a, b) => a - b), [0x01, 0x03, 0x08, 0x09, 0x26],
 		'the will\'s PUBLISH properties (message expiry aside)');
 	assert(!ids.includes(0x18), 'no Will Delay Interval in a PUBLISH');
+});
+
+// UNSUBSCRIBE of filters nobody could have subscribed ("$share/g" without its filter took the
+// broker down): each answered, 5.0 with 0x8F (topic filter invalid), 3.1.1 with a plain
+// UNSUBACK, and the broker goes on. (mosquitto 2.0 closes the connection instead, which the
+// protocol allows too.)
+test('unsubscribe_invalid_filters', async () => {
+	if (BROKER === 'mosquitto') skip('mosquitto closes the connection for an invalid filter');
+	await startBroker();
+	const ok = await bystanders(5);
+	const bad = ['$share/g', '$share/', '$share//t', '$share/g/', 'a/#/b', 'x+'];
+	for (const version of [4, 5]) {
+		const c = await connected(version);
+		const body = [u16(7)];
+		if (version === 5) body.push(varint(0));
+		for (const f of bad) body.push(str(f));
+		await c.send(packet(10, 2, Buffer.concat(body)));
+		await until(() => c.of(11).length || c.closed, 3000, `${version}: UNSUBACK`);
+		const ack = c.of(11)[0];
+		assert(ack, `${version}: an UNSUBACK, not a close`);
+		if (version === 5)
+			eq([...ack.body.subarray(3)], bad.map(() => 0x8F), '5.0: each filter invalid');
+		else
+			eq(ack.body.length, 2, '3.1.1: the packet id only');
+	}
+	await ok('unsubscribe of invalid filters');
 });
 
 test('malformed_unknown_property_v5', async () => {
