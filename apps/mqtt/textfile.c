@@ -18,6 +18,8 @@ FILE *textfile_open(const char *path, char *err, size_t errcap)
 		why = strerror(errno);
 	else if (!S_ISREG(st.st_mode))
 		why = "not a regular file";
+	else if (st.st_size > TEXTFILE_MAX)
+		why = "larger than 256 MiB";
 	else if (fcntl(fd, F_SETFL, O_RDONLY) != 0)
 		why = strerror(errno);
 	FILE *f = why ? NULL : fdopen(fd, "r");

@@ -287,12 +287,43 @@ TEST(malformed_lines)
 		CHECK(!acl_table_load(odd[i], err, sizeof err));
 		CHECK(!strcmp(err, want));
 	}
+	/* a sparse file of 300 MB: refused at its size, not read */
+	char big[512];
+	snprintf(big, sizeof big, "%s/big.acl", test_tmpdir());
+	FILE *bf = fopen(big, "w");
+	CHECK(bf && ftruncate(fileno(bf), 300l << 20) == 0);
+	fclose(bf);
+	CHECK(!acl_table_load(big, err, sizeof err));
+	CHECK(strstr(err, "big.acl: error: larger than 256 MiB"));
 	/* tabs and CRLF are fine */
 	acl_table *t = acl_table_load(tmpfile_with("ok.acl", "\ttopic\tread\ta/b \r\n\r\n"), err,
 				      sizeof err);
 	CHECK(t);
 	CHECK(can(t, NULL, "c", "a/b", R));
 	CHECK(!can(t, NULL, "c", "a/b", W));
+	acl_table_free(t);
+}
+
+/* 100,000 user sections: the table grows as they come, and every user finds its own rule. */
+TEST(many_users)
+{
+	const char *path = tmpfile_with("many.acl", "");
+	FILE *f = fopen(path, "w");
+	CHECK(f);
+	for (int i = 0; i < 100000; i++)
+		fprintf(f, "user u%d\ntopic read t/%d\n", i, i);
+	fclose(f);
+	char err[512];
+	acl_table *t = acl_table_load(path, err, sizeof err);
+	CHECK(t);
+	for (int i = 0; i < 100000; i += 7) {
+		char u[16], mine[16], other[16];
+		snprintf(u, sizeof u, "u%d", i);
+		snprintf(mine, sizeof mine, "t/%d", i);
+		snprintf(other, sizeof other, "t/%d", i + 1);
+		CHECK(can(t, u, "c", mine, R));
+		CHECK(!can(t, u, "c", other, R));
+	}
 	acl_table_free(t);
 }
 
