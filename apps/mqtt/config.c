@@ -108,8 +108,11 @@ static int tls_option(broker_conf *c, const char *file, int line, const char *o,
 	return path(file, line, o, v, out, sizeof l->certfile);
 }
 
-/* RATE[/BURST] (max_connection_rate, max_publish_rate, password_pace): RATE a second (a decimal, so 0.5 is one
- * every 2 s), BURST at once (default: RATE rounded up); 0 turns the limit off. */
+/* RATE[/BURST] (max_connection_rate, max_publish_rate, password_pace): RATE a second (a
+ * decimal, so 0.5 is one every 2 s, down to 0.0001: one every 10,000 s), BURST at once
+ * (default: RATE rounded up); 0 turns the limit off. The least rate keeps the interval in
+ * nanoseconds far from int64_t's end: below 1.1e-10, 1e9 / RATE overflowed and the strictest
+ * limit became none. */
 static int rate_option(const char *file, int line, const char *o, const char *what, const char *v,
 		       double *rate, int *burst_out)
 {
@@ -125,9 +128,10 @@ static int rate_option(const char *file, int line, const char *o, const char *wh
 	} else if (ok) {
 		ok = !*end;
 	}
-	if (!ok || (r > 0 && 1e9 / r < 1)) {
+	if (!ok || (r > 0 && r < 0.0001)) {
 		fprintf(stderr, "%s:%d: %s needs RATE[/BURST]: %s a second "
-				"(0 to 1000000, e.g. 10 or 0.5) and at most BURST at once (1 to 1000000)\n",
+				"(0: off, or 0.0001 to 1000000, e.g. 10 or 0.5) and at most BURST at "
+				"once (1 to 1000000)\n",
 			file, line, o, what);
 		return -1;
 	}
