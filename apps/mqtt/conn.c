@@ -27,6 +27,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -305,14 +306,39 @@ static void publish_debt(conn *c)
 	c->pub_tat = (c->pub_tat > now ? c->pub_tat : now) + t;
 }
 
-/* A client over its rate is not read again until its debt is back within the burst: TCP's
- * window then holds its publishing back, and nothing it sent is dropped. A flood so costs the
- * broker what the limit allows, and every other client keeps its share of the workers. A kick
- * (a take-over by the same client id, the broker's shutdown) ends the nap at once. Returns 0,
- * or -1 when it is to end. */
+/* Whether c owes more than its burst of PUBLISHes (max_publish_rate): its next packet waits. */
+static bool over_rate(conn *c)
+{
+	return conf.pub_rate > 0 && !c->bridge &&
+	       c->pub_tat - weft_now() > (int64_t)conf.pub_burst * (int64_t)(1e9 / conf.pub_rate);
+}
+
+/* Whether the client has closed its end of c's TCP connection (Linux's TCP_INFO). */
+static bool peer_closed(conn *c)
+{
+	struct tcp_info ti;
+	socklen_t len = sizeof ti;
+	if (getsockopt(c->fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)
+		return false;
+	return ti.tcpi_state == TCP_CLOSE_WAIT || ti.tcpi_state == TCP_CLOSE ||
+	       ti.tcpi_state == TCP_LAST_ACK;
+}
+
+/* A client over its rate is not read again until its debt is back within the burst, its next
+ * packet included: TCP's window then holds its publishing back, and nothing it sent is
+ * dropped. A flood so costs the broker what the limit allows, and every other client keeps its
+ * share of the workers. A kick (a take-over by the same client id, the broker's shutdown) ends
+ * the wait at once, and a client that closed its end within a second: what it sent and was not
+ * handled yet is dropped (nothing of it was acknowledged), and its will goes out; waiting for a
+ * backlog at 1 a second, its will came minutes late. Returns 0, or -1 when it is to end. */
 static int throttle(conn *c)
 {
-	return conn_nap_until(c, c->pub_tat - (int64_t)conf.pub_burst * (int64_t)(1e9 / conf.pub_rate));
+	int64_t until = c->pub_tat - (int64_t)conf.pub_burst * (int64_t)(1e9 / conf.pub_rate);
+	for (int64_t now = weft_now(); now < until; now = weft_now())
+		if (conn_nap_until(c, until - now > 1000000000 ? now + 1000000000 : until) < 0 ||
+		    peer_closed(c))
+			return -1;
+	return 0;
 }
 
 /* How much to read: a client publishing at its max_publish_rate (half its burst owed) gets
@@ -531,7 +557,8 @@ static int process(conn *c, rd *b, bool *will)
 	ebr_enter(&c->rd);
 	/* a kick (shutdown, take-over) stops the batch between packets: a bufferful of pipelined
 	 * SUBSCRIBEs, each a snapshot of the retained messages, would hold a shutdown for long */
-	while (!r && off < b->len && !atomic_load_explicit(&c->kick_rc, memory_order_relaxed)) {
+	while (!r && off < b->len && !atomic_load_explicit(&c->kick_rc, memory_order_relaxed) &&
+	       !over_rate(c)) {
 		int hdr;
 		long total = mq_frame(b->buf + off, b->len - off, &hdr);
 		if (total < 0) {
@@ -655,6 +682,8 @@ static void serve(void *arg)
 		}
 		b.len += (uint32_t)n;
 		int r = process(c, &b, &will);
+		while (!r && over_rate(c)) /* the rest waits for the client's turn */
+			r = throttle(c) < 0 ? 1 : process(c, &b, &will);
 		if (wr != WS_OK && !r) /* the client closed, or broke the framing */
 			r = wr == WS_PEER_CLOSED ? 1 : -MQ_RC_PROTOCOL_ERROR;
 		if (r == 1) {
@@ -668,8 +697,6 @@ static void serve(void *arg)
 		/* A read that filled the buffer means more is waiting: a client that always has
 		 * more (a flood) would keep this worker to itself, its other connections and its
 		 * timers waiting. Let them have a turn after each bufferful. */
-		if (conf.pub_rate > 0 && !c->bridge && throttle(c) < 0)
-			break;
 		if (full)
 			weft_yield();
 	}

@@ -24,7 +24,7 @@
 // (limits_retained_backlog_budget_nonreaders).
 import http from 'node:http';
 import {
-	test, startBroker, stopBroker, client, raw, until, eq, assert, sleep, freePort, connectPacket,
+	test, skip, startBroker, stopBroker, client, raw, until, eq, assert, sleep, freePort, connectPacket,
 	subscribePacket, publishPacket, packet, str, u16, varint, bystanders, brokerRssKb,
 	brokerSanitized, ownBrokers, BROKER, CONNACK, PUBLISH, PUBACK, SUBACK, DISCONNECT,
 } from './lib.mjs';
@@ -192,6 +192,32 @@ test('limits_max_queued_messages_and_bytes', async () => {
 	await sleep(200);
 	eq(big.messages.map((x) => x.payload[0]), ['0', '1', '2'], 'the first 3 of 100 bytes');
 	eq(small.messages.map((x) => x.payload[0]), ['0', '1', '2', '3', '4'], 'the first 5 of 10 bytes');
+});
+
+// max_publish_rate 2/2: of 20 PUBLISHes sent at once (one read), two go through at once and
+// the rest two a second, packet by packet (a whole read went through before); a client that
+// closes while held back is let go within about a second, the rest of its PUBLISHes unhandled
+// and its will published (before, the will waited for the whole backlog at the rate).
+test('limits_publish_rate_burst_and_close_v311', async () => {
+	if (BROKER === 'mosquitto') skip('mosquitto has no max_publish_rate');
+	await startBroker({ max_publish_rate: '2/2' });
+	const sub = await client(4);
+	await sub.subscribeAsync(['flood/t', 'will/t']);
+	const flood = Buffer.concat(Array.from({ length: 20 }, (_, i) => publishPacket('flood/t', 'm' + i)));
+	const c = await raw();
+	await c.send(packet(1, 0, Buffer.concat([str('MQTT'), Buffer.from([4, 0x06]), u16(60), str('flooder'),
+		str('will/t'), str('gone')])));
+	await until(() => c.of(CONNACK).length, 3000, 'CONNACK');
+	const t0 = Date.now();
+	await c.send(flood);
+	await sleep(300);
+	const early = sub.messages.filter((m) => m.topic === 'flood/t').length;
+	assert(early <= 3, `${early} of 20 through in the first 300 ms (burst 2)`);
+	await until(() => sub.messages.length >= 4, 3000, 'more at two a second');
+	c.close();
+	await until(() => sub.messages.some((m) => m.topic === 'will/t'), 3000, 'the will, soon after the close');
+	const n = sub.messages.filter((m) => m.topic === 'flood/t').length;
+	assert(n < 20, `the backlog was dropped, not served at the rate (${n} of 20 in ${Date.now() - t0} ms)`);
 });
 
 test('limits_connection_rate', async () => {
