@@ -180,12 +180,13 @@ static uint32_t in_packet_limit(void)
 				       : 268435460;
 }
 
-static int on_connect(conn *c, mq_packet *pk, size_t len)
+/* held: the read buffer the CONNECT is in, which a wait for its password's turn keeps */
+static int on_connect(conn *c, mq_packet *pk, size_t held)
 {
 	int v = pk->connect.version;
 	c->version = (uint8_t)v;
 	c->peer_bridge = pk->connect.bridge;
-	if (conn_login(c, pk, len > RBUF ? (long)len : RBUF) < 0)
+	if (conn_login(c, pk, (long)held) < 0)
 		return -1;
 	if (v == 5 && MQ_HAS(&pk->props, MQ_P_AUTH_METHOD)) {
 		conn_refuse(c, v, MQ_RC_BAD_AUTH_METHOD, MQ_V3_NOT_AUTHORIZED);
@@ -463,7 +464,8 @@ static int handle(conn *c, const uint8_t *p, size_t n, bool *will)
 				conn_refuse(c, 5, -r, 0);
 			return -1;
 		}
-		return on_connect(c, &pk, n) < 0 ? -1 : 0;
+		/* the first packet: p is where the read buffer starts */
+		return on_connect(c, &pk, pool_size(p)) < 0 ? -1 : 0;
 	}
 	if (r < 0)
 		return r;
