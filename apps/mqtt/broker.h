@@ -524,6 +524,7 @@ typedef struct conn {
 	const char *tls_user;     /* the certificate's CN under use_identity_as_username */
 	struct bridge *bridge;    /* a bridge's connection to its remote broker (bridge.c), or NULL */
 	bool peer_bridge;         /* the client is another broker's 3.1.1 bridge (level 0x84) */
+	bool peer_gone;           /* the client closed its end while max_publish_rate held it */
 } conn;
 
 /* Serve a client on fd (accepted from a listener speaking `protocol`, over TLS when tls is

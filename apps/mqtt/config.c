@@ -110,9 +110,8 @@ static int tls_option(broker_conf *c, const char *file, int line, const char *o,
 
 /* RATE[/BURST] (max_connection_rate, max_publish_rate, password_pace): RATE a second (a
  * decimal, so 0.5 is one every 2 s, down to 0.0001: one every 10,000 s), BURST at once
- * (default: RATE rounded up); 0 turns the limit off. The least rate keeps the interval in
- * nanoseconds far from int64_t's end: below 1.1e-10, 1e9 / RATE overflowed and the strictest
- * limit became none. */
+ * (default: RATE rounded up); 0 turns the limit off. The limiters compute BURST intervals in
+ * int64_t nanoseconds: the pair is refused where that would pass 2^62. */
 static int rate_option(const char *file, int line, const char *o, const char *what, const char *v,
 		       double *rate, int *burst_out)
 {
@@ -128,15 +127,17 @@ static int rate_option(const char *file, int line, const char *o, const char *wh
 	} else if (ok) {
 		ok = !*end;
 	}
-	if (!ok || (r > 0 && r < 0.0001)) {
+	if (ok && r > 0 && !burst)
+		burst = (long)r + ((double)(long)r < r);
+	if (!ok || (r > 0 && (r < 0.0001 || (double)burst * 1e9 / r > 0x1p62))) {
 		fprintf(stderr, "%s:%d: %s needs RATE[/BURST]: %s a second "
 				"(0: off, or 0.0001 to 1000000, e.g. 10 or 0.5) and at most BURST at "
-				"once (1 to 1000000)\n",
+				"once (1 to 1000000; BURST / RATE under 4.6e9 s)\n",
 			file, line, o, what);
 		return -1;
 	}
 	*rate = r;
-	*burst_out = r > 0 ? (int)(burst ? burst : (long)r + ((double)(long)r < r)) : 0;
+	*burst_out = r > 0 ? (int)burst : 0;
 	return 0;
 }
 

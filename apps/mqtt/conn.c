@@ -307,10 +307,11 @@ static void publish_debt(conn *c)
 	c->pub_tat = (c->pub_tat > now ? c->pub_tat : now) + t;
 }
 
-/* Whether c owes more than its burst of PUBLISHes (max_publish_rate): its next packet waits. */
+/* Whether c owes more than its burst of PUBLISHes (max_publish_rate): its next packet waits.
+ * Not once the client has closed its end (throttle): what is left is finite. */
 static bool over_rate(conn *c)
 {
-	return conf.pub_rate > 0 && !c->bridge &&
+	return conf.pub_rate > 0 && !c->bridge && !c->peer_gone &&
 	       c->pub_tat - weft_now() > (int64_t)conf.pub_burst * (int64_t)(1e9 / conf.pub_rate);
 }
 
@@ -329,16 +330,19 @@ static bool peer_closed(conn *c)
  * packet included: TCP's window then holds its publishing back, and nothing it sent is
  * dropped. A flood so costs the broker what the limit allows, and every other client keeps its
  * share of the workers. A kick (a take-over by the same client id, the broker's shutdown) ends
- * the wait at once, and a client that closed its end within a second: what it sent and was not
- * handled yet is dropped (nothing of it was acknowledged), and its will goes out; waiting for a
- * backlog at 1 a second, its will came minutes late. Returns 0, or -1 when it is to end. */
+ * the wait at once. So does a client closing its end (looked for every second): the rest of
+ * what it sent, no more than its socket holds, is handled at once, so that its DISCONNECT (or
+ * its will, without one) comes in its turn and not after the backlog at the rate. Rejected:
+ * dropping that rest, which made a client's "publish, DISCONNECT, close" look like its death.
+ * Returns 0, or -1 when it is to end. */
 static int throttle(conn *c)
 {
 	int64_t until = c->pub_tat - (int64_t)conf.pub_burst * (int64_t)(1e9 / conf.pub_rate);
-	for (int64_t now = weft_now(); now < until; now = weft_now())
-		if (conn_nap_until(c, until - now > 1000000000 ? now + 1000000000 : until) < 0 ||
-		    peer_closed(c))
+	for (int64_t now = weft_now(); now < until && !c->peer_gone; now = weft_now()) {
+		if (conn_nap_until(c, until - now > 1000000000 ? now + 1000000000 : until) < 0)
 			return -1;
+		c->peer_gone = peer_closed(c);
+	}
 	return 0;
 }
 

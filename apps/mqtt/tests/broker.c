@@ -468,7 +468,8 @@ TEST(config_errors_name_the_line)
 				"max_connection_rate 5/0", "max_connection_rate 5/", "max_connection_rate x",
 				"max_connection_rate 2/3x", "max_queued_bytes -5",
 				"max_publish_rate", "max_publish_rate fast", "max_publish_rate 10/0",
-				"max_publish_rate 1e-11/1", "max_connection_rate 0.00009" };
+				"max_publish_rate 1e-11/1", "max_connection_rate 0.00009",
+				"max_publish_rate 0.0001/1000000" };
 	for (size_t i = 0; i < sizeof rates / sizeof *rates; i++) {
 		o = fopen(f, "w");
 		fprintf(o, "%s\n", rates[i]);
