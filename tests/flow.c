@@ -265,7 +265,7 @@ int Wr(const Wr_in *in, Wr_out *out, Wr_atoms *a)
  * that a race with dispatch, which under TSan, with fresh stacks to fault in, it lost (2 ms
  * naps: 1 or 2 holders at most). They count each other, not every holder: counting pool_now
  * let the first pass beside two other keys' holders, and the last two could then wait for a
- * third holder after every other event had run (CI, TSan). */
+ * third holder after every other event had run. */
 static atomic_int po_started, po_now;
 
 int Pl(const Pl_in *in, Pl_out *out, Pl_atoms *a)

@@ -83,83 +83,6 @@ struct acl_client {
 	bool anon;
 };
 
-/* ---- matching ------------------------------------------------------------------------------- */
-
-static size_t level_end(const char *s, size_t i, size_t n)
-{
-	const char *p = memchr(s + i, '/', n - i);
-	return p ? (size_t)(p - s) : n;
-}
-
-static bool lvl_is(const char *s, size_t i, size_t e, char c)
-{
-	return e - i == 1 && s[i] == c;
-}
-
-/* The rest of s from i (at a '/') is exactly "/#". */
-static bool rest_is_hash(const char *s, size_t i, size_t n)
-{
-	return n - i == 2 && s[i] == '/' && s[i + 1] == '#';
-}
-
-/* Whether a filter's topics can start with '$': only if its first character is a literal '$'. */
-static bool dollar(const char *f)
-{
-	return f[0] == '$';
-}
-
-bool acl_covers(const char *c, size_t cl, const char *f, size_t fl)
-{
-	if (!cl || !fl || dollar(c) != dollar(f))
-		return false;
-	size_t i = 0, j = 0;
-	for (;;) {
-		size_t ce = level_end(c, i, cl), fe = level_end(f, j, fl);
-		if (lvl_is(c, i, ce, '#'))
-			return true;
-		if (lvl_is(f, j, fe, '#'))
-			return false; /* f reaches deeper than c does */
-		if (!lvl_is(c, i, ce, '+') &&
-		    (lvl_is(f, j, fe, '+') || ce - i != fe - j || memcmp(c + i, f + j, ce - i)))
-			return false;
-		i = ce;
-		j = fe;
-		if (i == cl && j == fl)
-			return true;
-		if (j == fl)
-			return rest_is_hash(c, i, cl);
-		if (i == cl)
-			return false;
-		i++;
-		j++;
-	}
-}
-
-bool acl_overlaps(const char *a, size_t al, const char *b, size_t bl)
-{
-	if (!al || !bl || dollar(a) != dollar(b))
-		return false;
-	size_t i = 0, j = 0;
-	for (;;) {
-		size_t ae = level_end(a, i, al), be = level_end(b, j, bl);
-		if (lvl_is(a, i, ae, '#') || lvl_is(b, j, be, '#'))
-			return true;
-		if (!lvl_is(a, i, ae, '+') && !lvl_is(b, j, be, '+') &&
-		    (ae - i != be - j || memcmp(a + i, b + j, ae - i)))
-			return false;
-		i = ae;
-		j = be;
-		if (i == al && j == bl)
-			return true;
-		if (i == al)
-			return rest_is_hash(b, j, bl);
-		if (j == bl)
-			return rest_is_hash(a, i, al);
-		i++;
-		j++;
-	}
-}
-
 /* ---- parsing -------------------------------------------------------------------------------- */
 
 static void rl_add(rlist *l, rule r)
@@ -212,7 +135,7 @@ static uent *user_find(const acl_table *t, const char *name, size_t n)
 	return NULL;
 }
 
-/* Twice the buckets: without it, a file of 10^5 users took seconds to load, 10^6 minutes. */
+/* Twice the buckets, so that loading a file stays linear in its users. */
 static void users_grow(acl_table *t)
 {
 	uint32_t mask = 2 * t->mask + 1;
@@ -600,9 +523,9 @@ static int decide_sub(const crule *v, int n, const char *f, size_t len)
 {
 	for (int i = 0; i < n; i++) {
 		if (!v[i].access) {
-			if (acl_covers(v[i].f, v[i].len, f, len))
+			if (mq_filter_covers(v[i].f, v[i].len, f, len))
 				return -1;
-		} else if ((v[i].access & ACL_READ) && acl_overlaps(v[i].f, v[i].len, f, len)) {
+		} else if ((v[i].access & ACL_READ) && mq_filter_overlaps(v[i].f, v[i].len, f, len)) {
 			return 1;
 		}
 	}

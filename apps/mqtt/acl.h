@@ -85,9 +85,5 @@ bool acl_check_subscribe(const acl_client *c, const char *filter, size_t len);
 bool acl_allowed(const char *user, size_t user_len, const char *client_id, size_t id_len,
 		 const char *topic, size_t len, int access);
 
-/* Every topic f matches, cover matches. */
-bool acl_covers(const char *cover, size_t clen, const char *f, size_t flen);
-/* Some topic matches both. */
-bool acl_overlaps(const char *a, size_t alen, const char *b, size_t blen);
 
 #endif

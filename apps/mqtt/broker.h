@@ -574,6 +574,8 @@ enum {
 			     * address, or of their name there, booked AUTH_MAX_WAIT ahead */
 	ST_REFUSED_BACKLOG, /* SUBSCRIBE filters refused (quota exceeded): the backlog of their
 			     * retained messages would pass a retained_backlog_bytes budget */
+	ST_REFUSED_WAITING, /* CONNECTs answered "try later" unchecked: the CONNECTs waiting for
+			     * their password's turn hold all the memory they may (login.c) */
 	ST_COUNT
 };
 void stats_init(void);

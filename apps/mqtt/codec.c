@@ -673,3 +673,61 @@ bool mq_topic_match(const char *f, size_t fl, const char *t, size_t tl)
 		j++;
 	}
 }
+
+/* Whether a filter's topics can start with '$': only if its first character is a literal '$'. */
+static bool dollar(const char *f)
+{
+	return f[0] == '$';
+}
+
+bool mq_filter_covers(const char *c, size_t cl, const char *f, size_t fl)
+{
+	if (!cl || !fl || dollar(c) != dollar(f))
+		return false;
+	size_t i = 0, j = 0;
+	for (;;) {
+		size_t ce = lvl_end(c, i, cl), fe = lvl_end(f, j, fl);
+		if (lvl_is(c, i, ce, '#'))
+			return true;
+		if (lvl_is(f, j, fe, '#'))
+			return false; /* f reaches deeper than c does */
+		if (!lvl_is(c, i, ce, '+') &&
+		    (lvl_is(f, j, fe, '+') || ce - i != fe - j || memcmp(c + i, f + j, ce - i)))
+			return false;
+		i = ce;
+		j = fe;
+		if (i == cl && j == fl)
+			return true;
+		if (j == fl)
+			return lvl_rest_hash(c, i, cl);
+		if (i == cl)
+			return false;
+		i++;
+		j++;
+	}
+}
+
+bool mq_filter_overlaps(const char *a, size_t al, const char *b, size_t bl)
+{
+	if (!al || !bl || dollar(a) != dollar(b))
+		return false;
+	size_t i = 0, j = 0;
+	for (;;) {
+		size_t ae = lvl_end(a, i, al), be = lvl_end(b, j, bl);
+		if (lvl_is(a, i, ae, '#') || lvl_is(b, j, be, '#'))
+			return true;
+		if (!lvl_is(a, i, ae, '+') && !lvl_is(b, j, be, '+') &&
+		    (ae - i != be - j || memcmp(a + i, b + j, ae - i)))
+			return false;
+		i = ae;
+		j = be;
+		if (i == al && j == bl)
+			return true;
+		if (i == al)
+			return lvl_rest_hash(b, j, bl);
+		if (j == bl)
+			return lvl_rest_hash(a, i, al);
+		i++;
+		j++;
+	}
+}

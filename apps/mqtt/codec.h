@@ -151,6 +151,10 @@ int mq_topic_filter_check(const uint8_t *p, size_t n); /* wildcards placed right
  * level starts with a literal '$' [MQTT-4.7.2-1]. The one matcher of one filter (the ACL's
  * rules, the bridges' topics); the subscription tree (topic.c) matches all filters at once. */
 bool mq_topic_match(const char *f, size_t fl, const char *t, size_t tl);
+/* Relations of two filters, by the same rules: every topic f matches, cover matches; some
+ * topic matches both (the ACL's SUBSCRIBE checks). */
+bool mq_filter_covers(const char *cover, size_t clen, const char *f, size_t flen);
+bool mq_filter_overlaps(const char *a, size_t alen, const char *b, size_t blen);
 
 /* ---- encoding ------------------------------------------------------------------------------ */
 

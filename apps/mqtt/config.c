@@ -227,7 +227,10 @@ static int option(broker_conf *c, const char *file, int line, char **w, int nw)
 	if (!strcmp(o, "retained_backlog_bytes") || !strcmp(o, "retained_backlog_bytes_total")) {
 		if (conf_number(file, line, o, v, 0, LONG_MAX, &n) < 0)
 			return -1;
-		*(strcmp(o, "retained_backlog_bytes") ? &c->backlog_bytes_total : &c->backlog_bytes) = n;
+		if (!strcmp(o, "retained_backlog_bytes"))
+			c->backlog_bytes = n;
+		else
+			c->backlog_bytes_total = n;
 		return 0;
 	}
 	if (!strcmp(o, "max_connection_rate"))

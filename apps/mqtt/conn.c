@@ -170,8 +170,6 @@ void conn_refuse(conn *c, int version, int rc5, int rc3)
 
 /* ---- packet handlers ------------------------------------------------------------------------ */
 
-/* Who is connecting: the password file (when there is one, at the pace of pace.c) and
- * allow_anonymous decide; a refusal is answered. Keeps the username for the ACL. */
 /* The largest packet a connected client may send: the message size limit and room for a
  * PUBLISH's topic and properties, or what the protocol allows. */
 static uint32_t in_packet_limit(void)
@@ -453,7 +451,8 @@ static int on_publish(conn *c, mq_packet *pk)
 }
 
 /* Returns 0 to go on, 1 for a client's DISCONNECT, or a negative reason code. */
-static int handle(conn *c, const uint8_t *p, size_t n, bool *will)
+/* Handle the packet p[0..n), in a read buffer of held bytes. */
+static int handle(conn *c, const uint8_t *p, size_t n, size_t held, bool *will)
 {
 	mq_packet pk;
 	int r = mq_decode(p, n, c->connected ? c->version : 5, &pk);
@@ -468,8 +467,7 @@ static int handle(conn *c, const uint8_t *p, size_t n, bool *will)
 				conn_refuse(c, 5, -r, 0);
 			return -1;
 		}
-		/* the first packet: p is where the read buffer starts */
-		return on_connect(c, &pk, pool_size(p)) < 0 ? -1 : 0;
+		return on_connect(c, &pk, held) < 0 ? -1 : 0;
 	}
 	if (r < 0)
 		return r;
@@ -574,12 +572,14 @@ static int process(conn *c, rd *b, bool *will)
 		if (total == 0)
 			break;
 		if ((uint64_t)total > c->max_in_packet) {
-			r = -MQ_RC_PACKET_TOO_LARGE;
-			/* a CONNECT too large: 5.0 has a CONNACK saying so (the protocol level
-			 * follows the fixed header and "\0\4MQTT"); 3.1.1 just closes */
-			if (!c->connected && b->len - off > (uint32_t)hdr + 6 &&
-			    b->buf[off + hdr + 6] == 5 && (b->buf[off] >> 4) == MQ_CONNECT)
+			/* a CONNECT too large: 5.0 has a CONNACK saying so, 3.1.1 just closes; the
+			 * protocol level follows the fixed header and "\0\4MQTT" */
+			bool connect = !c->connected && (b->buf[off] >> 4) == MQ_CONNECT;
+			if (connect && b->len - off <= (uint32_t)hdr + 6)
+				break; /* its level is yet to come */
+			if (connect && b->buf[off + hdr + 6] == 5)
 				conn_refuse(c, 5, MQ_RC_PACKET_TOO_LARGE, 0);
+			r = -MQ_RC_PACKET_TOO_LARGE;
 			break;
 		}
 		if ((uint32_t)total > b->len - off) {
@@ -599,7 +599,7 @@ static int process(conn *c, rd *b, bool *will)
 			}
 			break;
 		}
-		r = handle(c, b->buf + off, (size_t)total, will);
+		r = handle(c, b->buf + off, (size_t)total, b->cap, will);
 		off += (uint32_t)total;
 	}
 	if (persist_on && (c->acks.n || c->ticket)) {
@@ -835,7 +835,8 @@ static void conn_register(conn *c, int fd)
 	c->fd = fd;
 	c->loopback = is_loopback(fd);
 	c->version = 4;
-	c->max_in_packet = in_packet_limit() < MAX_CONNECT ? in_packet_limit() : MAX_CONNECT;
+	uint32_t limit = in_packet_limit();
+	c->max_in_packet = limit < MAX_CONNECT ? limit : MAX_CONNECT;
 	/* batch numbers unique across connections: a new conn at a freed one's address must not
 	 * match the dirty marks that one left in sessions */
 	static _Atomic uint64_t serial;

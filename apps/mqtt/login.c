@@ -27,20 +27,21 @@ static atomic_long waiting_bytes;
 static int await_turn(conn *c, const auth_req *r, int version, long held)
 {
 	int64_t at;
-	bool busy = auth_turn(r, &at) < 0;
-	if (!busy && r->now < at &&
-	    atomic_fetch_add(&waiting_bytes, held) + held > WAITING_BYTES) {
+	int why = auth_turn(r, &at) < 0 ? ST_REFUSED_PACE : 0;
+	if (!why && r->now < at && atomic_fetch_add(&waiting_bytes, held) + held > WAITING_BYTES) {
 		atomic_fetch_sub(&waiting_bytes, held);
 		auth_turn_cancel(r);
-		busy = true;
+		why = ST_REFUSED_WAITING;
 	}
-	if (busy) {
-		if (conf.verbose)
+	if (why) {
+		if (conf.verbose && why == ST_REFUSED_PACE)
 			fprintf(stderr, "weft-mqtt: CONNECT refused unchecked (password checks of "
-					"its address, or of its name there, booked %d s ahead, or "
-					"CONNECTs waiting hold %ld MB)\n",
-				(int)(AUTH_MAX_WAIT / 1000000000), WAITING_BYTES >> 20);
-		stats_add(ST_REFUSED_PACE, 1);
+					"its address, or of its name there, booked %d s ahead)\n",
+				(int)(AUTH_MAX_WAIT / 1000000000));
+		else if (conf.verbose)
+			fprintf(stderr, "weft-mqtt: CONNECT refused unchecked (the CONNECTs waiting "
+					"for their turn hold %ld MiB)\n", WAITING_BYTES >> 20);
+		stats_add(why, 1);
 		conn_refuse(c, version, MQ_RC_CONNECTION_RATE_EXCEEDED, MQ_V3_UNAVAILABLE);
 		return -1;
 	}

@@ -130,14 +130,20 @@ static void broker_metrics(tbuf *b)
 	one(b, "weft_mqtt_password_checks_total", "counter",
 	    "Passwords checked against password_file, right or wrong.",
 	    stats_sum(ST_PASSWORD_CHECKS));
-	one(b, "weft_mqtt_password_checks_refused_total", "counter",
-	    "CONNECTs told to try later without a password check: the pace of their address, or of "
-	    "their name there, was booked 10 s ahead.",
-	    stats_sum(ST_REFUSED_PACE));
-	one(b, "weft_mqtt_subscriptions_refused_total", "counter",
-	    "SUBSCRIBE filters refused with quota exceeded: the retained messages they would send "
-	    "passed retained_backlog_bytes or retained_backlog_bytes_total.",
-	    stats_sum(ST_REFUSED_BACKLOG));
+	head(b, "weft_mqtt_password_checks_refused_total", "counter",
+	     "CONNECTs told to try later without a password check, by reason: the pace of their "
+	     "address, or of their name there, was booked 10 s ahead (pace), or the CONNECTs "
+	     "waiting for their turn held all the memory they may (memory).");
+	tprintf(b, "weft_mqtt_password_checks_refused_total{reason=\"pace\"} %llu\n",
+		(unsigned long long)stats_sum(ST_REFUSED_PACE));
+	tprintf(b, "weft_mqtt_password_checks_refused_total{reason=\"memory\"} %llu\n",
+		(unsigned long long)stats_sum(ST_REFUSED_WAITING));
+	head(b, "weft_mqtt_subscriptions_refused_total", "counter",
+	     "SUBSCRIBE filters refused, by reason: with quota exceeded, the retained messages they "
+	     "would send passing retained_backlog_bytes or retained_backlog_bytes_total "
+	     "(retained_backlog).");
+	tprintf(b, "weft_mqtt_subscriptions_refused_total{reason=\"retained_backlog\"} %llu\n",
+		(unsigned long long)stats_sum(ST_REFUSED_BACKLOG));
 	/* A gauge kept as per-worker sums of +1 and -1: the total is right modulo 2^64. */
 	one(b, "weft_mqtt_queued_messages", "gauge",
 	    "QoS 1/2 messages queued beyond the clients' inflight windows.",

@@ -12,7 +12,7 @@
  *  - granting the subscription without its retained messages, which [MQTT-3.3.1-9] forbids
  *    for retain handling 0 and 3.1.1 does for every SUBSCRIBE; a client told "granted" would
  *    believe it had the current state of every topic;
- *  - sending only those that fit (an earlier version cut them off at the output's limit);
+ *  - sending only those that fit, which [MQTT-3.3.1-6] forbids as well;
  *  - deciding after the snapshot, which is taken after the subscription is in place (so that
  *    no retained message changed meanwhile is missed): refusing then would take back a
  *    subscription that live messages may already have used.

@@ -6,11 +6,12 @@
  * end; password and ACL files are reloaded by the broker's signal task, which would then
  * ignore SIGTERM too. The open itself does not block (O_NONBLOCK until the type is known).
  * Nor is a file larger than TEXTFILE_MAX read: a sparse file of gigabytes without a newline
- * made one line of it in memory, and held SIGTERM for as long (an ACL of 10^6 users is 74 MB).
+ * would be one line in memory, and hold SIGTERM for as long (an ACL of 10^6 users is 33 MB).
  */
-#define TEXTFILE_MAX (256l << 20)
 #ifndef MQTT_TEXTFILE_H
 #define MQTT_TEXTFILE_H
+
+#define TEXTFILE_MAX_MIB 256
 
 #include <stddef.h>
 #include <stdio.h>

@@ -27,8 +27,8 @@
  *    level that once held 40,000 topics does not keep their slots.
  *  - Shared subscriptions ($share/group/filter) are groups hanging off the filter's node, each
  *    with its own member array (as above) and a round-robin counter. A message goes to one
- *    member that may read it (its ACL checked while picking): picking first and checking
- *    after dropped the message for the whole group whenever the member picked could not.
+ *    member that may read it (its ACL checked while picking). Rejected: picking first and
+ *    checking after, which drops the message for the whole group when the pick may not.
  *
  * Matching walks level by level keeping the set of nodes reached so far (exact child, '+'
  * child; a '#' child contributes its subscribers at once), so a deep topic needs no

@@ -403,7 +403,7 @@ test('limits_retained_backlog_budget_nonreaders', async () => {
 		const m = await scrape(mport);
 		const held = m.get('weft_mqtt_memory_bytes{part="retained_backlogs"}');
 		assert(held > 8 * MiB && held <= 11 * MiB, `backlogs hold ${held} bytes: within 11 MiB, and full`);
-		eq(m.get('weft_mqtt_subscriptions_refused_total'), 2 + 14, 'refused filters counted');
+		eq(m.get('weft_mqtt_subscriptions_refused_total{reason="retained_backlog"}'), 2 + 14, 'refused filters counted');
 	}
 	// Now they read: the SUBACKs, in order, among the retained messages of the granted filters.
 	a.sock.resume();

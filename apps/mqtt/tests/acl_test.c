@@ -51,12 +51,12 @@ TEST(matching)
 
 static bool cov(const char *c, const char *f)
 {
-	return acl_covers(c, strlen(c), f, strlen(f));
+	return mq_filter_covers(c, strlen(c), f, strlen(f));
 }
 
 static bool ovl(const char *a, const char *b)
 {
-	return acl_overlaps(a, strlen(a), b, strlen(b)) && acl_overlaps(b, strlen(b), a, strlen(a));
+	return mq_filter_overlaps(a, strlen(a), b, strlen(b)) && mq_filter_overlaps(b, strlen(b), a, strlen(a));
 }
 
 TEST(filter_relations)
