@@ -66,6 +66,12 @@ static void resume(struct worker *v)
  *    milliseconds for the parked worker; a worker held by one task is rescued by it before
  *    the monitor would start a spare (STUCK_NS), and start_spare unparks first too.
  *  - An unpark starts the window again: a worker once brought back stays at least that long.
+ *  - A look that finds an active worker held by one task for STUCK_NS (free_to_work) starts
+ *    it again too: the CPU time of such a window says nothing of what one fewer could do,
+ *    since the held worker takes none of the other's work. A held worker blocked in the
+ *    kernel, or one the kernel time-slices with other programs, beside an idle one, uses
+ *    less than a core: parked, the idle one would leave the fds unpolled (the held one
+ *    cannot poll) and every task queued to a rescue, and be called back for them.
  *
  * Idle workers are not parked: asleep on the idle list they cost nothing. $WEFT_PARK=0 keeps
  * every worker at work.
@@ -81,6 +87,7 @@ static struct {
 	int64_t window_cpu;  /* CPU time of the active workers in this long window, */
 	int64_t window_ns;   /* and its length so far */
 	int64_t unparked_at; /* the last unpark */
+	bool held;           /* an active worker was held at a look of this short window */
 } park; /* the monitor's alone */
 
 static int64_t thread_cpu(struct worker *w);
@@ -127,8 +134,10 @@ static void park_or_unpark(int64_t now)
 {
 	int active = atomic_load(&S.active);
 	bool waits = false;
-	for (int i = 0; i < active; i++)
+	for (int i = 0; i < active; i++) {
 		waits |= work_waits(S.w[i]);
+		park.held |= now - S.w[i]->moved_at >= STUCK_NS; /* as free_to_work() says */
+	}
 	park.queued = waits ? park.queued + 1 : 0;
 	if (park.queued >= UNPARK_QUEUED && unpark())
 		return;
@@ -136,6 +145,8 @@ static void park_or_unpark(int64_t now)
 	if (span < UNPARK_WINDOW_NS)
 		return;
 	park.since = now;
+	bool held = park.held;
+	park.held = false;
 	int64_t least, cpu = active_cpu(active, &least);
 	if (span > 2 * UNPARK_WINDOW_NS) /* the monitor slept, as every worker did */
 		return;
@@ -143,6 +154,10 @@ static void park_or_unpark(int64_t now)
 		return;
 	if (active < 2)
 		return;
+	if (held) {
+		park.window_cpu = park.window_ns = 0;
+		return;
+	}
 	park.window_cpu += cpu;
 	park.window_ns += span;
 	if (park.window_ns < PARK_WINDOW_NS)
@@ -491,13 +506,33 @@ void *monitor_thread(void *arg)
 			;
 		if (S.parking)
 			park_or_unpark(now);
-		/* Fds waited on and nobody polling for STUCK_NS: the poller went off to run a task
+		/*
+		 * Fds waited on and nobody polling for STUCK_NS: the poller went off to run a task
 		 * that now holds its worker (the poller is chosen as a worker goes to sleep, in
 		 * idle()), and the other idle workers sleep on their futexes. Wake one: it comes
-		 * back through idle() and polls. */
+		 * back through idle() and polls.
+		 *
+		 * With none on the idle list, the worker that would have polled may be parked (a
+		 * light load parked it before the worker at work was held): the fds are left to the
+		 * workers at work, and those are held. Nothing else brings it back: the readers are
+		 * parked on fds, not queued, so no rescue sees them, and park_or_unpark unparks for
+		 * CPU only when a held worker computes above UNPARK_CPU, which one blocked in the
+		 * kernel never does, nor one the kernel time-slices on a loaded machine. So unpark
+		 * it: a nominal worker, no thread beyond the cores. Rejected: starting a spare when
+		 * none is parked (the watch cannot tell a ready fd from one merely waited on, and
+		 * would add a thread beside workers that may only be preempted); the monitor
+		 * polling itself, as Go's sysmon does (the tasks it readied would wait in the
+		 * global queue for that watch to unpark, STUCK_NS more, and a second kind of poller
+		 * beside idle()'s); not parking while fds are waited on (a server's light load,
+		 * which parking is for, always has them).
+		 */
 		if (poll_waiters() > 0 && !atomic_load(&S.polling) &&
-		    now - atomic_load(&S.last_poll) >= STUCK_NS)
-			sched_wake_idle();
+		    now - atomic_load(&S.last_poll) >= STUCK_NS) {
+			if (atomic_load(&S.nidle))
+				sched_wake_idle();
+			else
+				unpark();
+		}
 		/*
 		 * The global queue. has_work() sees a worker's own queues only, so it is watched
 		 * here. Workers take from it when they run out of work and every GLOBAL_EVERY

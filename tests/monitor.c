@@ -1,7 +1,8 @@
 /*
  * tests/monitor.c - the monitor's promise (docs/design.md, The monitor): a worker held by a task
  * in a call the shim does not cover must not keep queued work from running on the other
- * workers, wherever that work waits: in the held worker's own queues, or in the global queue.
+ * workers, wherever that work waits: in the held worker's own queues, or in the global queue;
+ * nor keep fds unpolled.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -138,4 +139,159 @@ TEST(global_queue_runs_while_its_worker_is_held_and_the_rest_sleep)
 	setenv("WEFT_WORKERS", "3", 1);
 	setenv("WEFT_PARK", "0", 1); /* C sleeps on the idle list, not in standby */
 	RUN(global_queue_main);
+}
+
+/*
+ * Fds while the one worker at work is held and the other is parked. Nobody polls then: the
+ * worker at work is held, and the parked one sleeps in standby, off the idle list that the
+ * monitor's watch for unpolled fds wakes workers from; the monitor unparks for CPU only when
+ * the held worker computes above 90% of the time, which one blocked in the kernel never does,
+ * nor one the kernel time-slices with other programs (tests/io.c
+ * `fds_stay_polled_while_the_poller_runs_a_long_task` on a loaded machine).
+ *
+ * Here, deterministically: a light load parks one of two workers; a reader task parks on a
+ * pipe; the main task then holds the worker at work in the kernel (a raw read, as a call the
+ * shim does not cover: no CPU time, so no unpark for CPU) for HOLD_MS, and a plain thread
+ * writes the reader's pipe WRITE_MS into the hold, after the monitor's STUCK_NS (10 ms).
+ * Unless the monitor brings the parked worker back to poll, the read waits out the hold.
+ */
+enum { HOLD_MS = 300, WRITE_MS = 20 };
+static int fd_pipe[2], hold_pipe[2];
+static atomic_bool reader_in;
+static _Atomic int64_t written_at, read_at;
+
+static void fd_reader(void *arg)
+{
+	(void)arg;
+	char c;
+	atomic_store(&reader_in, true);
+	CHECK_EQ(weft_read(fd_pipe[0], &c, 1, weft_now() + 5000 * MS), 1);
+	atomic_store(&read_at, weft_now());
+}
+
+static void *hold_writer(void *arg)
+{
+	(void)arg;
+	usleep(WRITE_MS * 1000);
+	atomic_store(&written_at, weft_now());
+	CHECK_EQ(write(fd_pipe[1], "x", 1), 1);
+	usleep((HOLD_MS - WRITE_MS) * 1000);
+	CHECK_EQ(write(hold_pipe[1], "x", 1), 1); /* ends the hold */
+	return NULL;
+}
+
+/* Workers in standby (parked), and whether the caller's is one. */
+static int in_standby(bool *mine)
+{
+	weft_worker_stats st[8];
+	int n = weft_stats(st, 8, NULL), k = 0;
+	CHECK(n >= 1);
+	for (int i = 0; i < n; i++)
+		k += st[i].standby;
+	*mine = st[weft_worker_id()].standby;
+	return k;
+}
+
+static int parked_then_held(void *arg)
+{
+	(void)arg;
+	CHECK_EQ(pipe(fd_pipe), 0);
+	CHECK_EQ(pipe(hold_pipe), 0);
+	/* A light load: a wake-up a millisecond until the other worker is parked. */
+	bool mine = true;
+	for (int64_t end = weft_now() + 3000 * MS; in_standby(&mine) != 1 || mine;) {
+		CHECK(weft_now() < end);
+		CHECK_EQ(weft_sleep_until(weft_now() + MS), 0);
+	}
+	weft_task *r = weft_spawn(fd_reader, NULL);
+	CHECK(r);
+	while (!atomic_load(&reader_in))
+		CHECK_EQ(weft_sleep_until(weft_now() + MS), 0);
+	CHECK_EQ(weft_sleep_until(weft_now() + 5 * MS), 0); /* it parks in its read */
+	CHECK_EQ(in_standby(&mine), 1);
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, hold_writer, NULL), 0);
+	char c;
+	CHECK_EQ(read(hold_pipe[0], &c, 1), 1); /* holds the worker in the kernel */
+	CHECK_EQ(pthread_join(th, NULL), 0);
+	CHECK_EQ(weft_join(r), 0);
+	int64_t waited = atomic_load(&read_at) - atomic_load(&written_at);
+	fprintf(stderr, "the read waited %.1f ms of a %d ms hold\n", waited / 1e6, HOLD_MS);
+	/* Half the hold, as in tests/io.c: the kernel may keep the unparked worker off a core for
+	 * tens of milliseconds on a loaded machine. */
+	CHECK(waited < HOLD_MS / 2 * MS);
+	return 0;
+}
+
+TEST(fds_stay_polled_while_the_one_worker_at_work_is_held)
+{
+	setenv("WEFT_WORKERS", "2", 1);
+	unsetenv("WEFT_PARK");
+	RUN(parked_then_held);
+}
+
+/*
+ * Nor is the other worker parked while one is held: the CPU time of the two then looks like
+ * a light load (the held one blocked, or time-sliced on a loaded machine, the other idle), but
+ * the held worker takes none of the other's work. Here one of two workers is held in the
+ * kernel for PARK_HOLD_MS, longer than the monitor's parking window (100 ms), while a task
+ * wakes every millisecond; a plain thread samples the workers' standby flags all along.
+ * Parked, the other worker would hand its sleeper over, the global queue would wait for a
+ * worker free to take it, and the monitor would unpark it 10 ms later, window after window.
+ */
+enum { PARK_HOLD_MS = 400 };
+static atomic_bool ticking;
+static atomic_int standby_seen;
+
+static void ticker(void *arg)
+{
+	(void)arg;
+	while (atomic_load(&ticking))
+		CHECK_EQ(weft_sleep_until(weft_now() + MS), 0);
+}
+
+static void *standby_sampler(void *arg)
+{
+	(void)arg;
+	int64_t end = weft_now() + PARK_HOLD_MS * MS;
+	while (weft_now() < end) {
+		weft_worker_stats st[8];
+		int n = weft_stats(st, 8, NULL);
+		for (int i = 0; i < n; i++)
+			if (st[i].standby)
+				atomic_fetch_add(&standby_seen, 1);
+		usleep(500);
+	}
+	CHECK_EQ(write(hold_pipe[1], "x", 1), 1); /* ends the hold */
+	return NULL;
+}
+
+static int held_beside_a_light_load(void *arg)
+{
+	(void)arg;
+	CHECK_EQ(pipe(hold_pipe), 0);
+	atomic_store(&ticking, true);
+	weft_task *t = weft_spawn(ticker, NULL);
+	CHECK(t);
+	CHECK_EQ(weft_sleep_until(weft_now() + 2 * MS), 0);
+	bool mine;
+	CHECK_EQ(in_standby(&mine), 0);
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, standby_sampler, NULL), 0);
+	char c;
+	CHECK_EQ(read(hold_pipe[0], &c, 1), 1); /* holds the worker in the kernel */
+	CHECK_EQ(pthread_join(th, NULL), 0);
+	atomic_store(&ticking, false);
+	CHECK_EQ(weft_join(t), 0);
+	fprintf(stderr, "a worker was seen in standby %d times in the %d ms hold\n",
+		atomic_load(&standby_seen), PARK_HOLD_MS);
+	CHECK_EQ(atomic_load(&standby_seen), 0);
+	return 0;
+}
+
+TEST(a_worker_held_by_a_task_keeps_the_other_from_parking)
+{
+	setenv("WEFT_WORKERS", "2", 1);
+	unsetenv("WEFT_PARK");
+	RUN(held_beside_a_light_load);
 }
