@@ -106,7 +106,7 @@ struct weft_chan {
 	size_t nspare;
 	int cand;                /* the next owner (as `bias`), once it leads by BIAS_STREAK */
 	int64_t granted_at, regrant_at, backoff; /* coarse times of the bias (see bias_revoke) */
-	char name[32];           /* for dumps (weft_chan_set_name) */
+	char name[CHAN_NAME_MAX]; /* for dumps (weft_chan_set_name, chan_name.c) */
 	_Atomic int64_t hot_at;  /* coarse time its lock was last found taken: see wake() */
 };
 
@@ -765,114 +765,6 @@ int weft_chan_poll(weft_chan *c, void *buf, size_t cap)
 	return chan_recv(c, buf, cap, NOWAIT);
 }
 
-/* ---- names ----------------------------------------------------------------------------
- * The dump names the channel a task waits on, but that task may be woken and its channel freed
- * while the dump reads (a dump is a snapshot of a running program). So the dump reads only the
- * names of channels in this set, under its lock, and weft_chan_free takes a named channel out
- * of it before the memory goes. An open-addressing set of pointers with linear probing: a
- * program with no named channels never touches it. */
-static struct {
-	spinlock lock;
-	weft_chan **slot; /* cap entries, NULL where free */
-	size_t cap, n;    /* cap: 0 or a power of two, at least twice n */
-} named = { SPIN_INIT, NULL, 0, 0 };
-
-static size_t named_home(const void *c)
-{
-	return (size_t)(((uintptr_t)c * 0x9E3779B97F4A7C15ull) >> 32) & (named.cap - 1);
-}
-
-/* c's slot, or the free slot where it would go. Lock held, cap > 0. */
-static size_t named_find(const void *c)
-{
-	size_t i = named_home(c);
-	while (named.slot[i] && named.slot[i] != c)
-		i = (i + 1) & (named.cap - 1);
-	return i;
-}
-
-static bool named_grow(void)
-{
-	size_t cap = named.cap ? 2 * named.cap : 16;
-	weft_chan **old = named.slot, **slot = calloc(cap, sizeof *slot);
-	if (!slot)
-		return false;
-	size_t oldcap = named.cap;
-	named.slot = slot;
-	named.cap = cap;
-	for (size_t i = 0; i < oldcap; i++)
-		if (old[i])
-			named.slot[named_find(old[i])] = old[i];
-	free(old);
-	return true;
-}
-
-/* Lock held. False when out of memory: c then keeps its name, but the dump shows its address. */
-static bool named_add(weft_chan *c)
-{
-	if (2 * (named.n + 1) > named.cap && !named_grow())
-		return false;
-	size_t i = named_find(c);
-	if (!named.slot[i]) {
-		named.slot[i] = c;
-		named.n++;
-	}
-	return true;
-}
-
-/* Lock held. Backward-shift deletion: later entries of the run move up, so no tombstones. */
-static void named_remove(const weft_chan *c)
-{
-	if (!named.cap)
-		return;
-	size_t i = named_find(c), mask = named.cap - 1;
-	if (!named.slot[i])
-		return;
-	named.n--;
-	for (size_t j = (i + 1) & mask; named.slot[j]; j = (j + 1) & mask) {
-		size_t h = named_home(named.slot[j]);
-		/* the entry at j may fill the hole at i if its home is not in (i, j] */
-		if (((j - h) & mask) >= ((j - i) & mask)) {
-			named.slot[i] = named.slot[j];
-			i = j;
-		}
-	}
-	named.slot[i] = NULL;
-}
-
-void weft_chan_set_name(weft_chan *c, const char *name)
-{
-	if (!c)
-		return;
-	size_t n = name ? strnlen(name, sizeof c->name - 1) : 0;
-	spin_lock(&named.lock);
-	memcpy(c->name, name ? name : "", n);
-	c->name[n] = 0;
-	if (n)
-		named_add(c);
-	else
-		named_remove(c);
-	spin_unlock(&named.lock);
-}
-
-const char *weft_chan_name(const weft_chan *c)
-{
-	return c ? c->name : "";
-}
-
-bool chan_name_of(const void *obj, char *out, size_t cap, bool may_wait)
-{
-	if (may_wait)
-		spin_lock(&named.lock);
-	else if (!spin_trylock(&named.lock))
-		return false;
-	bool found = named.cap && named.slot[named_find(obj)];
-	if (found)
-		snprintf(out, cap, "%s", ((const weft_chan *)obj)->name);
-	spin_unlock(&named.lock);
-	return found;
-}
-
 /* ---- life of a channel ------------------------------------------------------------------ */
 
 weft_chan *weft_chan_new(size_t capacity, size_t packet_size)
@@ -959,11 +851,8 @@ void weft_chan_free(weft_chan *c)
 			n == 1 ? "" : "s");
 		abort();
 	}
-	if (c->name[0]) {
-		spin_lock(&named.lock);
-		named_remove(c);
-		spin_unlock(&named.lock);
-	}
+	if (c->name[0])
+		chan_name_forget(c);
 	if (c->unbounded) {
 		for (struct seg *s = c->hseg, *next; s; s = next) {
 			next = s->next;
@@ -999,6 +888,12 @@ size_t weft_chan_waiting(weft_chan *c)
 	size_t n = queue_len(&c->sendq) + queue_len(&c->recvq);
 	chan_unlock(c);
 	return n;
+}
+
+/* c's name (chan_name.c): its storage, sizeof c->name bytes. */
+char *chan_name_buf(const weft_chan *c)
+{
+	return (char *)c->name;
 }
 
 /* ---- for select (select.c) -------------------------------------------------------------- */

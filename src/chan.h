@@ -9,6 +9,12 @@
  * Safe to call with obj any address at all (the dump's snapshot of what a task waits on).
  * may_wait false (a signal handler): gives up rather than wait for the lock. */
 bool chan_name_of(const void *obj, char *out, size_t cap, bool may_wait);
+/* A channel's name (chan_name.c): its storage in the channel, CHAN_NAME_MAX bytes; and taking
+ * it out of the set the dump reads, before the channel is freed. */
+#define CHAN_NAME_MAX 32
+struct weft_chan;
+char *chan_name_buf(const struct weft_chan *c);
+void chan_name_forget(struct weft_chan *c);
 
 /* Whether channels are biased to the worker that locks them most (chan.c, WEFT_CHAN_BIAS), and
  * how many times a bias was revoked: for tests. */
