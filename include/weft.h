@@ -463,38 +463,42 @@ typedef struct weft_select_case {
 		const void *packet; /* SEND: the packet to send */
 		void *buf;          /* RECV: where the packet goes */
 		weft_task *task;    /* JOIN: the task to join; NULL: never chosen */
-	};
+		struct {
+			int fd;          /* FD: the fd; < 0: never chosen (as for poll(2)) */
+			uint32_t events; /* FD: EPOLLIN and/or EPOLLOUT */
+		};
+	};                      /* (fd and events share the pointer's 8 bytes on 64-bit targets) */
 	size_t len;             /* SEND: the packet's length; RECV: cap, as for weft_chan_recv */
 	int result;             /* out, for the case done: SEND 0; RECV the sent length;
 				 * either -EPIPE when the channel is closed; FD the events ready
 				 * or -EBADF; JOIN 0 */
-	int fd;                 /* FD: the fd; < 0: never chosen (as for poll(2)) */
-	uint32_t events;        /* FD: EPOLLIN and/or EPOLLOUT */
 } weft_select_case;
 
 #define WEFT_SELECT_MAX 64 /* cases in one weft_select */
 
 static inline weft_select_case weft_select_send(weft_chan *c, const void *p, size_t len)
 {
-	weft_select_case k = { c, WEFT_SELECT_SEND, { p }, len, 0, -1, 0 };
+	weft_select_case k = { c, WEFT_SELECT_SEND, { p }, len, 0 };
 	return k;
 }
 
 static inline weft_select_case weft_select_recv(weft_chan *c, void *buf, size_t cap)
 {
-	weft_select_case k = { c, WEFT_SELECT_RECV, { buf }, cap, 0, -1, 0 };
+	weft_select_case k = { c, WEFT_SELECT_RECV, { buf }, cap, 0 };
 	return k;
 }
 
 static inline weft_select_case weft_select_fd(int fd, uint32_t events)
 {
-	weft_select_case k = { NULL, WEFT_SELECT_FD, { NULL }, 0, 0, fd, events };
+	weft_select_case k = { NULL, WEFT_SELECT_FD, { NULL }, 0, 0 };
+	k.fd = fd;
+	k.events = events;
 	return k;
 }
 
 static inline weft_select_case weft_select_join(weft_task *t)
 {
-	weft_select_case k = { NULL, WEFT_SELECT_JOIN, { NULL }, 0, 0, -1, 0 };
+	weft_select_case k = { NULL, WEFT_SELECT_JOIN, { NULL }, 0, 0 };
 	k.task = t;
 	return k;
 }
