@@ -18,16 +18,19 @@
  *    per direction, and would make "is fd readable" depend on who else reads it;
  *  - a JOIN case holds the task's joiner slot (task.c, "Joiners") from the start of the select
  *    to its end: the exit wakes whatever wait is parked there, and while the slot is held
- *    nobody else joins or frees the task, so the select may look at it after waking.
+ *    nobody else joins or frees the task, so the select may look at it after waking. Rejected:
+ *    letting the exit join the task for the select, which would consume a join the select
+ *    may then not report (another case, or the deadline, won the record).
  * Neither of these wakers does the case: an fd edge or an exit only ends the park, and the
  * select looks again (the kernel for fds, `done` for tasks, the channels under their locks)
  * and picks among what is ready then. So a wake-up that loses to a channel or a deadline
  * changes nothing: the task stays joinable, the fd unread. Only channel wakers complete their
- * case, and they say which node won. The waiters are armed before anything is looked at, and
+ * case, and they say which node won. The record is armed before anything is looked at, and
  * each publication comes before its look (fds, tasks) or under the lock of its look
  * (channels), so a readiness is either seen by the look or claims the record: no lost wake-up.
  * Whatever the outcome, the select unpublishes every node and gives back every joiner slot
- * before it returns.
+ * before it returns. A select of channel cases only arms nothing before its look
+ * (select_chans): Go's select exactly.
  */
 #define _GNU_SOURCE
 #include <errno.h>
