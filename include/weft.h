@@ -128,8 +128,8 @@ weft_task *weft_spawn_opt(void (*fn)(void *), void *arg, const weft_spawn_opts *
  * if its task's memory has been reused a multiple of 4,194,304 times since.)
  *
  * Wait for t to finish and release it. Returns 0; -EINVAL for NULL, a detached task, joining
- * oneself, or a task another caller is already joining; -ESRCH when t is gone (joined
- * already); -ECANCELED if the caller was cancelled while waiting (t stays joinable).
+ * oneself, or a task another caller is already joining (a weft_join, or a weft_select with
+ * t in a JOIN case, until that call returns); -ESRCH when t is gone (joined already); -ECANCELED if the caller was cancelled while waiting (t stays joinable).
  */
 int weft_join(weft_task *t);
 
@@ -436,22 +436,42 @@ void weft_chan_set_name(weft_chan *c, const char *name);
 const char *weft_chan_name(const weft_chan *c);
 
 /*
- * Select: wait on several sends and receives at once, over any channels, with one deadline,
- * and do exactly one of them. Describe each case with a weft_select_case (the helpers
- * weft_select_send and weft_select_recv fill one in):
+ * Select: wait on several sends and receives at once, over any channels, and on fds and task
+ * exits too, with one deadline, and do exactly one of them. Describe each case with a
+ * weft_select_case (the helpers weft_select_send, weft_select_recv, weft_select_fd and
+ * weft_select_join fill one in):
+ *  - SEND, RECV: a send or receive on `chan`, done as weft_chan_send / weft_chan_recv would.
+ *  - FD: `fd` is ready for `events` (EPOLLIN and/or EPOLLOUT, <sys/epoll.h>), level-triggered
+ *    as poll(2) and weft_fd_wait. The case only looks: it reads nothing, takes no edge from a
+ *    task reading or writing fd, and any number of cases and tasks may wait on one fd at once.
+ *    result: the events ready (EPOLLIN, EPOLLOUT, EPOLLERR, EPOLLHUP: the same bits as
+ *    poll(2)'s), or -EBADF when fd is not open or was closed with weft_close meanwhile. An fd
+ *    a select has waited on must be closed with weft_close (or close() under the shim).
+ *  - JOIN: `task` has finished. Only the case done joins it: result 0, the task is released as
+ *    by weft_join. If the select returns anything else (another case, -ETIMEDOUT, -ECANCELED),
+ *    the task stays joinable, even if it finished meanwhile.
+ * There is no case for a second deadline: the select's deadline is its timer; a wait for
+ * "whichever of two times comes first" is a wait for the earlier one.
  */
-enum { WEFT_SELECT_SEND = 1, WEFT_SELECT_RECV = 2 };
+enum { WEFT_SELECT_SEND = 1, WEFT_SELECT_RECV = 2, WEFT_SELECT_FD = 3, WEFT_SELECT_JOIN = 4 };
 
 typedef struct weft_select_case {
-	weft_chan *chan;        /* NULL: the case is never chosen (to switch a case off) */
-	int op;                 /* WEFT_SELECT_SEND or WEFT_SELECT_RECV */
+	weft_chan *chan;        /* SEND, RECV; NULL: the case is never chosen (to switch a case
+				 * off). Not used by FD and JOIN cases */
+	int op;                 /* WEFT_SELECT_SEND, _RECV, _FD or _JOIN */
 	union {
 		const void *packet; /* SEND: the packet to send */
 		void *buf;          /* RECV: where the packet goes */
-	};
+		weft_task *task;    /* JOIN: the task to join; NULL: never chosen */
+		struct {
+			int fd;          /* FD: the fd; < 0: never chosen (as for poll(2)) */
+			uint32_t events; /* FD: EPOLLIN and/or EPOLLOUT */
+		};
+	};                      /* (fd and events share the pointer's 8 bytes on 64-bit targets) */
 	size_t len;             /* SEND: the packet's length; RECV: cap, as for weft_chan_recv */
 	int result;             /* out, for the case done: SEND 0; RECV the sent length;
-				 * either -EPIPE when the channel is closed */
+				 * either -EPIPE when the channel is closed; FD the events ready
+				 * or -EBADF; JOIN 0 */
 } weft_select_case;
 
 #define WEFT_SELECT_MAX 64 /* cases in one weft_select */
@@ -468,15 +488,37 @@ static inline weft_select_case weft_select_recv(weft_chan *c, void *buf, size_t 
 	return k;
 }
 
+static inline weft_select_case weft_select_fd(int fd, uint32_t events)
+{
+	weft_select_case k = { NULL, WEFT_SELECT_FD, { NULL }, 0, 0 };
+	k.fd = fd;
+	k.events = events;
+	return k;
+}
+
+static inline weft_select_case weft_select_join(weft_task *t)
+{
+	weft_select_case k = { NULL, WEFT_SELECT_JOIN, { NULL }, 0, 0 };
+	k.task = t;
+	return k;
+}
+
 /*
  * Do one of the n cases, waiting until the deadline for one to become possible. When several
  * are possible, one is chosen uniformly at random, so none starves. A case on a closed channel
  * is possible: it is done with result -EPIPE (a receive drains buffered packets first). A case
- * whose channel is NULL is never chosen. A select never pairs its own send with its own
- * receive. Returns the index of the case done, with cases[i].result set; -ETIMEDOUT;
- * -ECANCELED; -EINVAL (cases NULL with n > 0, n < 0 or > WEFT_SELECT_MAX, a bad op or buffer);
- * -EMSGSIZE when a send case's packet exceeds its channel's packet size; -ENOMEM when an
- * unbounded channel cannot grow. n == 0 just waits until the deadline.
+ * whose channel (FD: fd, JOIN: task) is NULL (< 0) is never chosen. A select never pairs its
+ * own send with its own receive. Returns the index of the case done, with cases[i].result set;
+ * -ETIMEDOUT; -ECANCELED; -EINVAL (cases NULL with n > 0, n < 0 or > WEFT_SELECT_MAX, a bad op
+ * or buffer, FD events without EPOLLIN or EPOLLOUT, one task in two JOIN cases, a JOIN case on
+ * a detached task or on the caller itself); -ESRCH when a JOIN case's task is gone (joined
+ * already); -EBUSY when another caller (a weft_join, a select) is joining it, as weft_join
+ * would say -EINVAL; -EMSGSIZE when a send case's packet exceeds its channel's packet size;
+ * -ENOMEM when an unbounded channel cannot grow; -errno when epoll refuses an FD case's fd
+ * (EPERM: a regular file, which poll(2) would call always ready). Those errors come before any
+ * case is done. n == 0 just waits until the deadline. From a plain thread, FD cases are seen
+ * by the workers of a weft_run in progress (they poll the fds); without one, only an fd ready
+ * when the select looks is seen.
  */
 int weft_select(weft_select_case *cases, int n, int64_t deadline);
 

@@ -1,5 +1,5 @@
 /*
- * chan.c - channels of fixed-size packets, and select.
+ * chan.c - channels of fixed-size packets (select is in select.c, on the calls at the end).
  *
  * The design follows Go's runtime/chan.go, on weft's one parking primitive (wait.h).
  *
@@ -44,13 +44,8 @@
  * channel lock at all: the common path of a woken waiter never touches the channel, so a
  * channel may be freed as soon as its last waiter has been woken.
  *
- * Select (Go's selectgo). Lock every channel of the cases in address order (each once), pick
- * uniformly at random among the cases possible right now (reservoir sampling) and do it. If
- * none is, queue one node per case, all pointing to the one wait record, unlock and park. The
- * first waker to claim the record wins; the others fail to claim and drop their nodes. On
- * waking, the select unlinks its nodes still queued (taking each such channel's lock alone).
- * A select cannot pair its own send with its own receive: its nodes are queued only while it
- * is parked, and a parked select wakes nobody.
+ * Select (select.c) queues one node per case, all pointing to one wait record: the first
+ * waker to claim the record wins; the others fail to claim and drop their nodes.
  *
  * Close wakes every waiter with -EPIPE. Claimed nodes are chained through their own `next`
  * pointer (the claim makes them ours until wait_finish), so the wake-ups happen after the lock
@@ -77,20 +72,6 @@
 
 /* Internal deadline of offer/poll: never wait, say -EAGAIN. */
 #define NOWAIT INT64_MIN
-
-struct waiter {
-	struct waiter *next, *prev;
-	struct wait *w;          /* the owner's wait record; several nodes may share it (select) */
-	union {
-		const void *src; /* sender: its packet */
-		void *dst;       /* receiver: its buffer */
-	};
-	size_t len;              /* sender: the packet's length; receiver: cap */
-	size_t got;              /* receiver: the sent length, written by the sender */
-	struct waiter **won;     /* the claimer stores this node there before finishing */
-	weft_chan *c;            /* the channel it is queued on */
-	_Atomic bool queued;
-};
 
 struct waitq {
 	struct waiter *head, *tail;
@@ -125,7 +106,7 @@ struct weft_chan {
 	size_t nspare;
 	int cand;                /* the next owner (as `bias`), once it leads by BIAS_STREAK */
 	int64_t granted_at, regrant_at, backoff; /* coarse times of the bias (see bias_revoke) */
-	char name[32];           /* for dumps (weft_chan_set_name) */
+	char name[CHAN_NAME_MAX]; /* for dumps (weft_chan_set_name, chan_name.c) */
 	_Atomic int64_t hot_at;  /* coarse time its lock was last found taken: see wake() */
 };
 
@@ -784,114 +765,6 @@ int weft_chan_poll(weft_chan *c, void *buf, size_t cap)
 	return chan_recv(c, buf, cap, NOWAIT);
 }
 
-/* ---- names ----------------------------------------------------------------------------
- * The dump names the channel a task waits on, but that task may be woken and its channel freed
- * while the dump reads (a dump is a snapshot of a running program). So the dump reads only the
- * names of channels in this set, under its lock, and weft_chan_free takes a named channel out
- * of it before the memory goes. An open-addressing set of pointers with linear probing: a
- * program with no named channels never touches it. */
-static struct {
-	spinlock lock;
-	weft_chan **slot; /* cap entries, NULL where free */
-	size_t cap, n;    /* cap: 0 or a power of two, at least twice n */
-} named = { SPIN_INIT, NULL, 0, 0 };
-
-static size_t named_home(const void *c)
-{
-	return (size_t)(((uintptr_t)c * 0x9E3779B97F4A7C15ull) >> 32) & (named.cap - 1);
-}
-
-/* c's slot, or the free slot where it would go. Lock held, cap > 0. */
-static size_t named_find(const void *c)
-{
-	size_t i = named_home(c);
-	while (named.slot[i] && named.slot[i] != c)
-		i = (i + 1) & (named.cap - 1);
-	return i;
-}
-
-static bool named_grow(void)
-{
-	size_t cap = named.cap ? 2 * named.cap : 16;
-	weft_chan **old = named.slot, **slot = calloc(cap, sizeof *slot);
-	if (!slot)
-		return false;
-	size_t oldcap = named.cap;
-	named.slot = slot;
-	named.cap = cap;
-	for (size_t i = 0; i < oldcap; i++)
-		if (old[i])
-			named.slot[named_find(old[i])] = old[i];
-	free(old);
-	return true;
-}
-
-/* Lock held. False when out of memory: c then keeps its name, but the dump shows its address. */
-static bool named_add(weft_chan *c)
-{
-	if (2 * (named.n + 1) > named.cap && !named_grow())
-		return false;
-	size_t i = named_find(c);
-	if (!named.slot[i]) {
-		named.slot[i] = c;
-		named.n++;
-	}
-	return true;
-}
-
-/* Lock held. Backward-shift deletion: later entries of the run move up, so no tombstones. */
-static void named_remove(const weft_chan *c)
-{
-	if (!named.cap)
-		return;
-	size_t i = named_find(c), mask = named.cap - 1;
-	if (!named.slot[i])
-		return;
-	named.n--;
-	for (size_t j = (i + 1) & mask; named.slot[j]; j = (j + 1) & mask) {
-		size_t h = named_home(named.slot[j]);
-		/* the entry at j may fill the hole at i if its home is not in (i, j] */
-		if (((j - h) & mask) >= ((j - i) & mask)) {
-			named.slot[i] = named.slot[j];
-			i = j;
-		}
-	}
-	named.slot[i] = NULL;
-}
-
-void weft_chan_set_name(weft_chan *c, const char *name)
-{
-	if (!c)
-		return;
-	size_t n = name ? strnlen(name, sizeof c->name - 1) : 0;
-	spin_lock(&named.lock);
-	memcpy(c->name, name ? name : "", n);
-	c->name[n] = 0;
-	if (n)
-		named_add(c);
-	else
-		named_remove(c);
-	spin_unlock(&named.lock);
-}
-
-const char *weft_chan_name(const weft_chan *c)
-{
-	return c ? c->name : "";
-}
-
-bool chan_name_of(const void *obj, char *out, size_t cap, bool may_wait)
-{
-	if (may_wait)
-		spin_lock(&named.lock);
-	else if (!spin_trylock(&named.lock))
-		return false;
-	bool found = named.cap && named.slot[named_find(obj)];
-	if (found)
-		snprintf(out, cap, "%s", ((const weft_chan *)obj)->name);
-	spin_unlock(&named.lock);
-	return found;
-}
-
 /* ---- life of a channel ------------------------------------------------------------------ */
 
 weft_chan *weft_chan_new(size_t capacity, size_t packet_size)
@@ -978,11 +851,8 @@ void weft_chan_free(weft_chan *c)
 			n == 1 ? "" : "s");
 		abort();
 	}
-	if (c->name[0]) {
-		spin_lock(&named.lock);
-		named_remove(c);
-		spin_unlock(&named.lock);
-	}
+	if (c->name[0])
+		chan_name_forget(c);
 	if (c->unbounded) {
 		for (struct seg *s = c->hseg, *next; s; s = next) {
 			next = s->next;
@@ -1020,156 +890,60 @@ size_t weft_chan_waiting(weft_chan *c)
 	return n;
 }
 
-/* ---- select ----------------------------------------------------------------------------- */
-
-static __thread uint32_t sel_rng;
-
-static uint32_t sel_random(void)
+/* c's name (chan_name.c): its storage, sizeof c->name bytes. */
+char *chan_name_buf(const weft_chan *c)
 {
-	uint32_t x = sel_rng;
-	if (!x)
-		x = (uint32_t)(uintptr_t)&x ^ (uint32_t)weft_now() ^ 0x9e3779b9u;
-	x ^= x << 13;
-	x ^= x >> 17;
-	x ^= x << 5;
-	return sel_rng = x ? x : 1;
+	return (char *)c->name;
 }
 
-/* The distinct channels of the cases, in address order: the order they are locked in. */
-static int lock_order(const weft_select_case *k, int n, weft_chan **order)
+/* ---- for select (select.c) -------------------------------------------------------------- */
+
+/* By the lock word: a worker holds one channel at most through its bias. */
+void chan_select_lock(weft_chan *c)
 {
-	int m = 0;
-	for (int i = 0; i < n; i++) {
-		weft_chan *c = k[i].chan;
-		if (!c)
-			continue;
-		int j = m;
-		while (j > 0 && order[j - 1] > c)
-			j--;
-		if (j > 0 && order[j - 1] == c)
-			continue;
-		memmove(&order[j + 1], &order[j], (size_t)(m - j) * sizeof *order);
-		order[j] = c;
-		m++;
-	}
-	return m;
+	lock_word(c, false);
 }
 
-/* By the lock words: a worker holds one channel at most through its bias. */
-static void lock_all(weft_chan **order, int m)
+void chan_select_unlock(weft_chan *c)
 {
-	for (int i = 0; i < m; i++)
-		lock_word(order[i], false);
+	chan_unlock(c);
 }
 
-static void unlock_all(weft_chan **order, int m)
+size_t chan_packet_size(const weft_chan *c)
 {
-	for (int i = m - 1; i >= 0; i--)
-		chan_unlock(order[i]);
+	return c->psize;
 }
 
-static int check_cases(const weft_select_case *k, int n)
+bool chan_ready(weft_chan *c, bool send)
 {
-	if (n < 0 || n > WEFT_SELECT_MAX || (n && !k))
-		return -EINVAL;
-	for (int i = 0; i < n; i++) {
-		if (k[i].op != WEFT_SELECT_SEND && k[i].op != WEFT_SELECT_RECV)
-			return -EINVAL;
-		if (!k[i].buf && k[i].len)
-			return -EINVAL;
-		if (k[i].chan && k[i].op == WEFT_SELECT_SEND && k[i].len > k[i].chan->psize)
-			return -EMSGSIZE;
-	}
-	return 0;
-}
-
-/* Could case k be done right now? (All its channels are locked.) */
-static bool case_ready(const weft_select_case *k)
-{
-	weft_chan *c = k->chan;
 	if (c->closed)
 		return true;
-	if (k->op == WEFT_SELECT_SEND)
+	if (send)
 		return c->count < c->cap || c->unbounded || has_live(&c->recvq);
 	return c->count || has_live(&c->sendq);
 }
 
-/* Try case k; 1 when it was done (result stored), 0 when it must wait after all. */
-static int case_try(weft_select_case *k, struct waiter **wk)
+int chan_try(weft_chan *c, bool send, void *p, size_t len, struct waiter **wk)
 {
-	int r = k->op == WEFT_SELECT_SEND ? send_now(k->chan, k->packet, k->len, wk)
-					  : recv_now(k->chan, k->buf, k->len, wk);
-	if (r == -EAGAIN)
-		return 0;
-	k->result = r;
-	return 1;
+	return send ? send_now(c, p, len, wk) : recv_now(c, p, len, wk);
 }
 
-/* One ready case chosen uniformly at random, or -1. */
-static int pick_ready(const weft_select_case *k, int n)
+void chan_wake(weft_chan *c, struct waiter *n, int result)
 {
-	int pick = -1;
-	uint32_t seen = 0;
-	for (int i = 0; i < n; i++)
-		if (k[i].chan && case_ready(&k[i]) && sel_random() % ++seen == 0)
-			pick = i;
-	return pick;
+	wake(c, n, result);
 }
 
-static int select_park(weft_select_case *k, int n, weft_chan **order, int m, int64_t deadline)
+int chan_may_wait(int64_t deadline)
 {
-	struct waiter nodes[n ? n : 1];
-	struct waiter *won = NULL;
-	struct wait *w = wait_begin("select", k);
-	for (int i = 0; i < n; i++) {
-		nodes[i] = (struct waiter){ .w = w, .len = k[i].len, .won = &won, .c = k[i].chan };
-		if (!k[i].chan)
-			continue;
-		if (k[i].op == WEFT_SELECT_SEND) {
-			nodes[i].src = k[i].packet;
-			enqueue(&k[i].chan->sendq, &nodes[i]);
-		} else {
-			nodes[i].dst = k[i].buf;
-			enqueue(&k[i].chan->recvq, &nodes[i]);
-		}
-	}
-	unlock_all(order, m);
-	int r = wait_park(w, deadline);
-	for (int i = 0; i < n; i++)
-		if (k[i].chan && &nodes[i] != won)
-			leave(&nodes[i], k[i].op == WEFT_SELECT_SEND ? &k[i].chan->sendq
-								    : &k[i].chan->recvq);
-	if (r != 0 && r != -EPIPE)
-		return r;
-	int i = (int)(won - nodes);
-	k[i].result = r ? r : k[i].op == WEFT_SELECT_SEND ? 0 : (int)won->got;
-	return i;
+	return may_wait(deadline);
 }
 
-int weft_select(weft_select_case *k, int n, int64_t deadline)
+void chan_enqueue(weft_chan *c, bool send, struct waiter *n)
 {
-	int r = check_cases(k, n);
-	if (r)
-		return r;
-	weft_chan *order[WEFT_SELECT_MAX];
-	int m = lock_order(k, n, order);
-	lock_all(order, m);
-	int i;
-	while ((i = pick_ready(k, n)) >= 0) {
-		struct waiter *wk = NULL;
-		if (case_try(&k[i], &wk)) {
-			unlock_all(order, m);
-			if (wk)
-				wake(k[i].chan, wk, 0);
-			if (k[i].result == -ENOMEM)
-				return -ENOMEM;
-			sched_slice(); /* as a send or receive that did not wait */
-			return i;
-		}
-	}
-	if ((r = may_wait(deadline))) {
-		unlock_all(order, m);
-		return r;
-	}
-	return select_park(k, n, order, m, deadline);
+	enqueue(send ? &c->sendq : &c->recvq, n);
+}
+
+void chan_leave(struct waiter *n, bool send)
+{
+	leave(n, send ? &n->c->sendq : &n->c->recvq);
 }

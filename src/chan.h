@@ -9,6 +9,12 @@
  * Safe to call with obj any address at all (the dump's snapshot of what a task waits on).
  * may_wait false (a signal handler): gives up rather than wait for the lock. */
 bool chan_name_of(const void *obj, char *out, size_t cap, bool may_wait);
+/* A channel's name (chan_name.c): its storage in the channel, CHAN_NAME_MAX bytes; and taking
+ * it out of the set the dump reads, before the channel is freed. */
+#define CHAN_NAME_MAX 32
+struct weft_chan;
+char *chan_name_buf(const struct weft_chan *c);
+void chan_name_forget(struct weft_chan *c);
 
 /* Whether channels are biased to the worker that locks them most (chan.c, WEFT_CHAN_BIAS), and
  * how many times a bias was revoked: for tests. */
@@ -18,4 +24,42 @@ long chan_bias_revocations(void);
 /* 1 + the id of the worker c is biased to, or 0: for tests. */
 struct weft_chan;
 int chan_bias_owner(struct weft_chan *c);
+
+/* ---- what select (select.c) uses of a channel ----
+ * A waiter node: a task or thread parked on a channel (chan.c, "Waiters"). It lives on the
+ * waiter's stack; select queues one per case, all pointing to the one wait record. */
+#include <stdint.h>
+struct wait;
+typedef struct weft_chan weft_chan;
+struct waiter {
+	struct waiter *next, *prev;
+	struct wait *w;          /* the owner's wait record; several nodes may share it (select) */
+	union {
+		const void *src; /* sender: its packet */
+		void *dst;       /* receiver: its buffer */
+	};
+	size_t len;              /* sender: the packet's length; receiver: cap */
+	size_t got;              /* receiver: the sent length, written by the sender */
+	struct waiter **won;     /* the claimer stores this node there before finishing */
+	weft_chan *c;            /* the channel it is queued on */
+	_Atomic bool queued;
+};
+
+/* Lock and unlock c; select locks its channels in address order, one at a time. */
+void chan_select_lock(weft_chan *c);
+void chan_select_unlock(weft_chan *c);
+size_t chan_packet_size(const weft_chan *c);
+/* Lock held: could a send (a receive) be done on c right now? True when c is closed. */
+bool chan_ready(weft_chan *c, bool send);
+/* Lock held: send p (len bytes) or receive into p (cap len) without waiting. Returns as
+ * send_now / recv_now: 0 or the sent length, -EPIPE, -ENOMEM, or -EAGAIN (must wait). *wk: a
+ * claimed waiter to finish with chan_wake once the lock is dropped. */
+int chan_try(weft_chan *c, bool send, void *p, size_t len, struct waiter **wk);
+void chan_wake(weft_chan *c, struct waiter *n, int result);
+/* Lock held: 0 when a caller with this deadline may park, else -ETIMEDOUT or -EAGAIN. */
+int chan_may_wait(int64_t deadline);
+/* Lock held: queue n (its fields filled in) on c's send or receive queue. */
+void chan_enqueue(weft_chan *c, bool send, struct waiter *n);
+/* After the wait ended: take n off its queue if it is still there (takes the lock). */
+void chan_leave(struct waiter *n, bool send);
 #endif

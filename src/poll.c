@@ -162,6 +162,19 @@ void poll_set_user_nonblock(int fd, bool on)
 		atomic_store_explicit(&d->user_nonblock, on, memory_order_relaxed);
 }
 
+int poll_observers(int fd)
+{
+	struct fdesc *d = fdesc_of(fd, false);
+	int n = 0;
+	if (!d)
+		return 0;
+	spin_lock(&d->lock);
+	for (struct poll_node *p = d->polls; p; p = p->next)
+		n++;
+	spin_unlock(&d->lock);
+	return n;
+}
+
 int poll_waiters(void)
 {
 	return atomic_load_explicit(&P.waiters, memory_order_relaxed);
@@ -302,14 +315,6 @@ int poll_wait(int fd, uint32_t events, int64_t deadline)
  * leaves the fd's slots and `ready` as if no poll were there. Woken, the task unlinks its
  * nodes and asks the kernel again. */
 
-struct poll_node {
-	struct wait *w;
-	uint32_t mask;                 /* the epoll events that concern it */
-	struct fdesc *d;               /* whose list it is in (not found again through the
-					* caller's array, which may change under us) */
-	struct poll_node *next, **pprev; /* in d's list; pprev NULL once unlinked */
-};
-
 static uint32_t node_mask(short events)
 {
 	uint32_t m = EPOLLERR | EPOLLHUP; /* reported whatever events asks for */
@@ -320,12 +325,13 @@ static uint32_t node_mask(short events)
 	return m;
 }
 
-static int link_node(const struct pollfd *p, struct poll_node *n, struct wait *w)
+static int link_node(const struct pollfd *p, struct poll_node *n, struct wait *w,
+		     struct poll_node **won)
 {
 	struct fdesc *d = fdesc_of(p->fd, true);
 	if (!d)
 		return -EBADF;
-	*n = (struct poll_node){ .w = w, .mask = node_mask(p->events), .d = d };
+	*n = (struct poll_node){ .w = w, .mask = node_mask(p->events), .d = d, .won = won };
 	spin_lock(&d->lock);
 	int err = ensure_registered(p->fd, d);
 	if (!err) {
@@ -353,6 +359,8 @@ static void claim_polls(struct fdesc *d, uint32_t events, struct poll_node **wok
 	for (struct poll_node *n = d->polls, *next; n; n = next) {
 		next = n->next;
 		if ((n->mask & events) && wait_claim(n->w)) {
+			if (n->won)
+				*n->won = n;
 			unlink_node(n);
 			n->next = *woken;
 			*woken = n;
@@ -372,7 +380,7 @@ static int finish_polls(struct poll_node *n, int result)
 	return k;
 }
 
-static void unlink_nodes(struct poll_node *node, int n)
+void poll_unlink_all(struct poll_node *node, int n)
 {
 	for (int i = 0; i < n; i++) {
 		struct fdesc *d = node[i].d;
@@ -386,7 +394,7 @@ static void unlink_nodes(struct poll_node *node, int n)
 }
 
 /* What the kernel says is ready now: the number of fds (revents filled in), or -errno. */
-static int look(struct pollfd *fds, int n)
+int poll_look(struct pollfd *fds, int n)
 {
 	struct timespec zero = { 0, 0 };
 	int r = (int)sys_ppoll(fds, (nfds_t)n, &zero);
@@ -394,16 +402,21 @@ static int look(struct pollfd *fds, int n)
 }
 
 /* Link w on every fd: 0 or -errno. Sets *linked to how many nodes it went through. */
-static int link_all(const struct pollfd *fds, int n, struct poll_node *node, struct wait *w,
-		    int *linked)
+int poll_link_all(const struct pollfd *fds, int n, struct poll_node *node, struct wait *w,
+		  struct poll_node **won, int *linked)
 {
 	int err = 0;
 	for (*linked = 0; *linked < n && !err; ++*linked) {
 		node[*linked] = (struct poll_node){ 0 };
 		if (fds[*linked].fd >= 0)
-			err = link_node(&fds[*linked], &node[*linked], w);
+			err = link_node(&fds[*linked], &node[*linked], w, won);
 	}
 	return err;
+}
+
+void poll_waiters_add(int d)
+{
+	atomic_fetch_add(&P.waiters, d);
 }
 
 int poll_fds(struct pollfd *fds, int n, int64_t deadline)
@@ -415,16 +428,16 @@ int poll_fds(struct pollfd *fds, int n, int64_t deadline)
 	atomic_fetch_add(&P.waiters, 1);
 	for (;;) {
 		struct wait *w = wait_begin("poll", fds);
-		int err = link_all(fds, n, node, w, &linked);
-		if ((r = err ? err : look(fds, n))) {
+		int err = poll_link_all(fds, n, node, w, NULL, &linked);
+		if ((r = err ? err : poll_look(fds, n))) {
 			wait_abandon(w); /* a wake-up that came meanwhile is moot: we have looked */
-			unlink_nodes(node, linked);
+			poll_unlink_all(node, linked);
 			break;
 		}
 		r = wait_park(w, deadline);
-		unlink_nodes(node, linked);
+		poll_unlink_all(node, linked);
 		if (r == -ETIMEDOUT) { /* the kernel's last word: the poller may be behind */
-			r = look(fds, n);
+			r = poll_look(fds, n);
 			break;
 		}
 		/* An fd closed through weft (poll_forget) may not be closed in the kernel yet:
@@ -432,7 +445,7 @@ int poll_fds(struct pollfd *fds, int n, int64_t deadline)
 		 * unseen at the close, leaving whatever next gets its number unregistered for
 		 * good. So look once: POLLNVAL if the close is done; if not, the caller asks libc,
 		 * which waits for the other fds, as a poll racing a close does there. */
-		if (r == -EBADF && (r = look(fds, n)) == 0)
+		if (r == -EBADF && (r = poll_look(fds, n)) == 0)
 			r = -EBADF;
 		if (r != 0)
 			break;

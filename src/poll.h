@@ -33,6 +33,31 @@ int poll_wait(int fd, uint32_t events, int64_t deadline) SHIM_API(poll_wait);
  * have been through poll_manage. */
 struct pollfd;
 int poll_fds(struct pollfd *fds, int n, int64_t deadline) SHIM_API(poll_fds);
+/* poll_fds in parts, for weft_select's fd cases (select.c), which wait on channels and tasks
+ * too. A node per pollfd, in each fd's list of observers, all pointing to one wait record:
+ * the first edge that concerns a node claims the record, stores the node in *won (if won is
+ * not NULL) and finishes the wait with 0, or -EBADF when the fd is closed through weft. */
+struct fdesc;
+struct wait;
+struct poll_node {
+	struct wait *w;
+	uint32_t mask;                 /* the epoll events that concern it */
+	struct fdesc *d;               /* whose list it is in (not found again through the
+					* caller's array, which may change under us) */
+	struct poll_node *next, **pprev; /* in d's list; pprev NULL once unlinked */
+	struct poll_node **won;        /* where its claimer says it was this node, or NULL */
+};
+/* Link node[i] for fds[i] (fd < 0: skipped); 0 or -errno (epoll refuses an fd). *linked: how
+ * many nodes to give to poll_unlink_all, also after an error. */
+int poll_link_all(const struct pollfd *fds, int n, struct poll_node *node, struct wait *w,
+		  struct poll_node **won, int *linked);
+void poll_unlink_all(struct poll_node *node, int n);
+/* What the kernel says is ready now (ppoll without waiting): the number of fds, revents
+ * filled in, or -errno. */
+int poll_look(struct pollfd *fds, int n);
+/* Count (d = 1) or stop counting (d = -1) a waiter on fds that uses no slot: while there is
+ * one, a worker polls (poll_waiters). */
+void poll_waiters_add(int d);
 /* Collect ready fds and wake their waiters; waits until `deadline` (0: do not wait,
  * INT64_MAX: until woken). Returns the number of waiters woken. */
 int poll_run(int64_t deadline);
@@ -50,6 +75,8 @@ int poll_dispatch(const struct poll_batch *b);
 void poll_interrupt(void);
 /* Calls of poll_interrupt since the process began (tests). */
 long poll_interrupts(void);
+/* Nodes of poll(2) or weft_select linked on fd right now (tests). */
+int poll_observers(int fd);
 /* Tasks parked on fds right now. */
 int poll_waiters(void);
 /* fd is being closed: wake its waiters with -EBADF and forget it. */

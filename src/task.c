@@ -125,9 +125,8 @@ static void task_exit(weft_task *t, int result)
 	else if (!t->detached) {
 		spin_lock(&t->join_lock);
 		t->done = true;
-		if (t->joiner)
+		if (t->joiner) /* it takes itself out of the slot (see "Joiners" below) */
 			wait_wake(t->joiner, 0);
-		t->joiner = NULL;
 		spin_unlock(&t->join_lock);
 	}
 	sched_exit();
@@ -203,7 +202,15 @@ void task_unpin(weft_task *t)
 
 /* ---- join and cancel --------------------------------------------------------------------- */
 
-int weft_join_until(weft_task *h, int64_t deadline)
+/*
+ * Joiners. The `joiner` slot holds the wait of the one caller joining t: a weft_join, or a
+ * weft_select with t in a case (select.c). The exiting task wakes it but leaves it in the slot,
+ * and the joiner takes itself out: so a slot that is taken says "someone is joining t" until
+ * that caller has decided, and a second caller gets -EINVAL (weft_join) or -EBUSY (select)
+ * rather than joining and freeing a task that the first is about to look at. A select whose
+ * join case lost leaves t joinable.
+ */
+static int join_check(const weft_task *h, weft_task **rec)
 {
 	if (!h)
 		return -EINVAL;
@@ -215,38 +222,94 @@ int weft_join_until(weft_task *h, int64_t deadline)
 	struct worker *self = worker_self();
 	if ((ref & TASK_DETACHED) || (self && t == self->cur))
 		return -EINVAL;
+	*rec = t;
+	return 0;
+}
+
+/* t has exited and is ours: free it once it is off its stack. */
+static void join_release(weft_task *t)
+{
+	/* It has exited but may still be switching away from its stack. */
+	while (atomic_load_explicit(&t->on_cpu, memory_order_acquire))
+		cpu_relax();
+	task_release(t);
+}
+
+int weft_join_until(weft_task *h, int64_t deadline)
+{
+	weft_task *t;
+	int r = join_check(h, &t);
+	if (r)
+		return r;
 	spin_lock(&t->join_lock);
 	if (t->joined) { /* another caller joined it meanwhile: gone, or about to be */
 		spin_unlock(&t->join_lock);
 		return -ESRCH;
 	}
+	if (t->joiner) {
+		spin_unlock(&t->join_lock);
+		return -EINVAL;
+	}
 	if (!t->done) {
-		if (t->joiner) {
-			spin_unlock(&t->join_lock);
-			return -EINVAL;
-		}
 		struct wait *w = wait_begin("join", t);
 		t->joiner = w;
 		spin_unlock(&t->join_lock);
-		int r = wait_park(w, deadline);
-		if (r < 0) {
-			/* Timed out or cancelled: t stays joinable. The exiting task claims the
-			 * wait under join_lock, so once we hold it nobody touches w any more. */
-			spin_lock(&t->join_lock);
-			if (t->joiner == w)
-				t->joiner = NULL;
+		r = wait_park(w, deadline);
+		/* The exiting task claims the wait under join_lock, so once we hold it nobody
+		 * touches w any more; the slot is ours to clear. */
+		spin_lock(&t->join_lock);
+		t->joiner = NULL;
+		if (r < 0) { /* timed out or cancelled: t stays joinable */
 			spin_unlock(&t->join_lock);
 			return r;
 		}
-		spin_lock(&t->join_lock);
 	}
 	t->joined = true;
 	spin_unlock(&t->join_lock);
-	/* It has exited but may still be switching away from its stack. */
-	while (atomic_load_explicit(&t->on_cpu, memory_order_acquire))
-		cpu_relax();
-	task_release(t);
+	join_release(t);
 	return 0;
+}
+
+int task_join_enter(const weft_task *h, struct wait *w, weft_task **rec)
+{
+	weft_task *t;
+	int r = join_check(h, &t);
+	if (r)
+		return r;
+	/* Pinned while we look: a caller joining t at the same time (a misuse) cannot free the
+	 * slot under us. Once w holds the slot, nobody else frees t. */
+	if (!(t = task_pin(h)))
+		return -ESRCH;
+	spin_lock(&t->join_lock);
+	if (t->joined)
+		r = -ESRCH;
+	else if (t->joiner)
+		r = t->joiner == w ? -EINVAL : -EBUSY; /* ours: the task is in two cases */
+	else
+		t->joiner = w;
+	spin_unlock(&t->join_lock);
+	task_unpin(t);
+	*rec = t;
+	return r;
+}
+
+bool task_join_ready(weft_task *t)
+{
+	spin_lock(&t->join_lock);
+	bool done = t->done;
+	spin_unlock(&t->join_lock);
+	return done;
+}
+
+void task_join_leave(weft_task *t, bool take)
+{
+	spin_lock(&t->join_lock);
+	t->joiner = NULL;
+	if (take)
+		t->joined = true;
+	spin_unlock(&t->join_lock);
+	if (take)
+		join_release(t);
 }
 
 int weft_join(weft_task *t)

@@ -125,6 +125,16 @@ static inline weft_task *task_record(const weft_task *h, uint32_t *gen)
 	return (weft_task *)(v & ~(uintptr_t)63);
 }
 
+/* A join case of weft_select (select.c; task.c, "Joiners"). task_join_enter takes h's joiner
+ * slot for w: 0, *rec set to its record; -ESRCH (gone), -EINVAL (detached, or the caller
+ * itself) or -EBUSY (another caller is joining it). While the slot is held, the task's exit
+ * wakes w (if it is parked then) and nobody else joins or frees the task. task_join_ready:
+ * whether it has exited. task_join_leave gives the slot back; with `take` (it has exited), the
+ * caller has joined it and it is released. */
+int task_join_enter(const weft_task *h, struct wait *w, weft_task **rec);
+bool task_join_ready(weft_task *t);
+void task_join_leave(weft_task *t, bool take);
+
 /* The record h names, pinned: it is not freed (nor its slot reused) until task_unpin. NULL when
  * h's task is gone: its slot was freed since h was made. */
 weft_task *task_pin(const weft_task *h);
