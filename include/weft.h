@@ -56,7 +56,9 @@ int64_t weft_now(void);
  * With one worker per CPU of that set, each worker is pinned to its own CPU while weft_run
  * runs, so that the kernel never stacks two workers on one core (see weft_unpin for threads
  * a task starts). Tasks still alive when main_task returns are discarded, as in Go:
- * their stacks are released without running them further. weft_run may be called again
+ * their stacks are released without running them further; so a plain thread waiting for a
+ * task of this run (weft_join, a JOIN case of weft_select) must be done before weft_run
+ * returns, since the task is not there afterwards. weft_run may be called again
  * afterwards, but not from inside a task. Returns -EINVAL for a NULL main_task, -EBUSY when
  * weft is already running, -ENOMEM or -EAGAIN when workers cannot be created.
  *

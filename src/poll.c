@@ -111,12 +111,19 @@ int poll_init(void)
 {
 	if (P.ep >= 0)
 		return 0;
-	P.ep = epoll_create1(EPOLL_CLOEXEC);
+	int ep = epoll_create1(EPOLL_CLOEXEC);
 	P.ev = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (P.ep < 0 || P.ev < 0)
+	if (ep < 0 || P.ev < 0)
 		return -errno;
 	struct epoll_event e = { .events = EPOLLIN, .data.fd = -1 };
-	return epoll_ctl(P.ep, EPOLL_CTL_ADD, P.ev, &e) < 0 ? -errno : 0;
+	int r = epoll_ctl(ep, EPOLL_CTL_ADD, P.ev, &e) < 0 ? -errno : 0;
+	__atomic_store_n(&P.ep, ep, __ATOMIC_RELEASE); /* poll_started: a plain thread may look */
+	return r;
+}
+
+bool poll_started(void)
+{
+	return __atomic_load_n(&P.ep, __ATOMIC_ACQUIRE) >= 0;
 }
 
 

@@ -52,6 +52,9 @@ struct poll_node {
 int poll_link_all(const struct pollfd *fds, int n, struct poll_node *node, struct wait *w,
 		  struct poll_node **won, int *linked);
 void poll_unlink_all(struct poll_node *node, int n);
+/* Whether the poller exists (a weft_run has started): before, nothing would ever poll a node
+ * linked, and epoll refuses to register one. */
+bool poll_started(void);
 /* What the kernel says is ready now (ppoll without waiting): the number of fds, revents
  * filled in, or -errno. */
 int poll_look(struct pollfd *fds, int n);

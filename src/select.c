@@ -271,7 +271,11 @@ static void joins_leave(struct sel *s, int taken)
  * nothing left to wait for. *linked: as poll_link_all's. */
 static int look_others(struct sel *s, struct wait *w, struct poll_node **pwon, int *linked)
 {
-	int err = poll_link_all(s->pfd, s->nfd, s->pnode, w, pwon, linked);
+	/* before any weft_run, nobody polls: an FD case is only looked at (weft.h) */
+	int err = 0;
+	*linked = 0;
+	if (poll_started())
+		err = poll_link_all(s->pfd, s->nfd, s->pnode, w, pwon, linked);
 	if (err && err != -EBADF)
 		return err;
 	int r = s->nfd ? poll_look(s->pfd, s->nfd) : 0;

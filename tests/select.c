@@ -467,6 +467,24 @@ TEST(select_fd_and_join_from_a_plain_thread)
 	RUN(from_thread);
 }
 
+/* Before any weft_run nobody polls: an FD case sees what is ready when the select looks, and
+ * an fd not ready is no error (it said -EBADF: epoll had no instance to register it in). */
+TEST(select_fd_before_any_run_looks_and_times_out)
+{
+	int p[2];
+	CHECK_EQ(pipe(p), 0);
+	weft_select_case k = weft_select_fd(p[0], EPOLLIN);
+	int64_t t0 = weft_now();
+	CHECK_EQ(weft_select(&k, 1, t0 + 50 * MS), -ETIMEDOUT);
+	CHECK(weft_now() - t0 >= 50 * MS);
+	CHECK_EQ(write(p[1], "x", 1), 1);
+	k = weft_select_fd(p[0], EPOLLIN);
+	CHECK_EQ(weft_select(&k, 1, weft_now() + 50 * MS), 0);
+	CHECK(k.result & EPOLLIN);
+	close(p[0]);
+	close(p[1]);
+}
+
 /* ---- stress ------------------------------------------------------------------------------
  * Each selector, task or plain thread, runs rounds of: a pipe, a channel, and a task X that
  * does one thing - writes a byte, sends a packet, closes the pipe's write end, closes the
