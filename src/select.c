@@ -31,6 +31,10 @@
  * Whatever the outcome, the select unpublishes every node and gives back every joiner slot
  * before it returns. A select of channel cases only arms nothing before its look
  * (select_chans): Go's select exactly.
+ *
+ * Invariant: a task (or thread) has one wait record, and wait_begin re-arms that same record,
+ * which is what the joiner slots hold; so while a select holds joiner slots it waits on
+ * nothing else, or an exit's wake-up would end that other wait instead.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -375,6 +379,8 @@ int weft_select(weft_select_case *k, int n, int64_t deadline)
 	int r = check_cases(k, n);
 	if (r)
 		return r;
+	if (deadline == INT64_MIN) /* chan.c's mark for "never wait": a past deadline all the same */
+		deadline++;
 	weft_chan *order[WEFT_SELECT_MAX];
 	int m = lock_order(k, n, order), nfd = 0, njoin = 0;
 	for (int i = 0; i < n; i++) {

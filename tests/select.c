@@ -478,6 +478,7 @@ TEST(select_fd_before_any_run_looks_and_times_out)
 	CHECK_EQ(weft_select(&k, 1, t0 + 50 * MS), -ETIMEDOUT);
 	CHECK(weft_now() - t0 >= 50 * MS);
 	CHECK_EQ(write(p[1], "x", 1), 1);
+	CHECK_EQ(weft_select(NULL, 0, INT64_MIN), -ETIMEDOUT); /* a past deadline, as any other */
 	k = weft_select_fd(p[0], EPOLLIN);
 	CHECK_EQ(weft_select(&k, 1, weft_now() + 50 * MS), 0);
 	CHECK(k.result & EPOLLIN);
