@@ -47,7 +47,7 @@
 #define IN_ALIAS_MAX 10       /* topic aliases a client may set (as mosquitto) */
 /* The largest first packet: five strings of 64 KiB (client id, will topic and payload,
  * username, password) and the properties of any client library leave a CONNECT far from
- * this; without a cap before CONNECT, a stranger made each connection hold up to 256 MB. */
+ * this; without a cap before CONNECT, any stranger could make a connection hold 256 MB. */
 #define MAX_CONNECT (512u << 10)
 
 
