@@ -759,7 +759,10 @@ static int destroy_with_waiter(void *arg)
 	static weft_mutex m = WEFT_MUTEX_INIT;
 	weft_mutex_lock(&m);
 	weft_spawn(parked_waiter, &m);
-	weft_sleep_until(weft_now() + 5 * MS);
+	/* until the waiter is queued: a fixed 5 ms was sometimes too short under qemu */
+	for (int64_t end = weft_now() + 5000 * MS;
+	     !__atomic_load_n(&m._head, __ATOMIC_ACQUIRE) && weft_now() < end;)
+		weft_sleep_until(weft_now() + MS);
 	weft_mutex_destroy(&m);
 	return 0;
 }
