@@ -55,6 +55,7 @@ typedef struct btopic {
 	int dir, qos;
 	char *lprefix, *rprefix; /* NULL: none */
 	char *local, *remote;    /* the filters on each side: prefix + pattern */
+	size_t nlocal, nremote;  /* their lengths, matched against every message */
 } btopic;
 
 typedef struct bridge {
@@ -202,8 +203,10 @@ static int parse_topic(const char *file, int line, bridge *b, char **w, int nw)
 	b->topics = v;
 	btopic *t = &v[b->ntopics++];
 	*t = (btopic){ dir, (int)qos, lp ? dup_or_die(lp) : NULL, rp ? dup_or_die(rp) : NULL,
-		       concat(lp, pat), concat(rp, pat) };
-	if (strlen(t->local) > 65535 || strlen(t->remote) > 65535)
+		       concat(lp, pat), concat(rp, pat), 0, 0 };
+	t->nlocal = strlen(t->local);
+	t->nremote = strlen(t->remote);
+	if (t->nlocal > 65535 || t->nremote > 65535)
 		return err(file, line, "%s", "topic too long");
 	return 0;
 }
@@ -444,7 +447,8 @@ void bridge_in_topic(conn *c, const uint8_t **topic, uint16_t *tlen, char **mapp
 	atomic_fetch_add_explicit(&b->msgs_in, 1, memory_order_relaxed);
 	for (int i = 0; i < b->ntopics; i++) {
 		btopic *t = &b->topics[i];
-		if (!(t->dir & DIR_IN) || !mq_topic_match(t->remote, strlen(t->remote), (const char *)*topic, *tlen))
+		if (!(t->dir & DIR_IN) ||
+		    !mq_topic_match(t->remote, t->nremote, (const char *)*topic, *tlen))
 			continue;
 		if (t->lprefix || t->rprefix) {
 			uint16_t n;
@@ -468,7 +472,8 @@ int bridge_out_topic(conn *c, const msg *m, const char **topic, uint16_t *tlen, 
 	atomic_fetch_add_explicit(&b->msgs_out, 1, memory_order_relaxed);
 	for (int i = 0; i < b->ntopics; i++) {
 		btopic *t = &b->topics[i];
-		if (!(t->dir & DIR_OUT) || !mq_topic_match(t->local, strlen(t->local), m->topic, m->topic_len))
+		if (!(t->dir & DIR_OUT) ||
+		    !mq_topic_match(t->local, t->nlocal, m->topic, m->topic_len))
 			continue;
 		if (t->lprefix || t->rprefix) {
 			uint16_t n;
