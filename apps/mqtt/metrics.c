@@ -87,6 +87,12 @@ static void one(tbuf *b, const char *name, const char *type, const char *help, u
 	tprintf(b, "%s %llu\n", name, (unsigned long long)v);
 }
 
+/* One series of a counter broken down by reason: NAME{reason="WHY"} V. */
+static void by_reason(tbuf *b, const char *name, const char *why, uint64_t v)
+{
+	tprintf(b, "%s{reason=\"%s\"} %llu\n", name, why, (unsigned long long)v);
+}
+
 static void broker_metrics(tbuf *b)
 {
 	long connected = conns_count();
@@ -113,20 +119,18 @@ static void broker_metrics(tbuf *b)
 	    stats_sum(ST_PUB_DROPPED));
 	head(b, "weft_mqtt_deliveries_dropped_total", "counter",
 	     "Deliveries to one client dropped, by reason.");
-	tprintf(b, "weft_mqtt_deliveries_dropped_total{reason=\"qos0_queue_full\"} %llu\n",
-		(unsigned long long)stats_sum(ST_DROP_QOS0));
-	tprintf(b, "weft_mqtt_deliveries_dropped_total{reason=\"queue_full\"} %llu\n",
-		(unsigned long long)stats_sum(ST_DROP_QUEUE_FULL));
-	tprintf(b, "weft_mqtt_deliveries_dropped_total{reason=\"expired\"} %llu\n",
-		(unsigned long long)stats_sum(ST_DROP_EXPIRED));
-	tprintf(b, "weft_mqtt_deliveries_dropped_total{reason=\"queue_bytes_full\"} %llu\n",
-		(unsigned long long)stats_sum(ST_DROP_QUEUE_BYTES));
+	by_reason(b, "weft_mqtt_deliveries_dropped_total", "qos0_queue_full",
+		  stats_sum(ST_DROP_QOS0));
+	by_reason(b, "weft_mqtt_deliveries_dropped_total", "queue_full",
+		  stats_sum(ST_DROP_QUEUE_FULL));
+	by_reason(b, "weft_mqtt_deliveries_dropped_total", "expired", stats_sum(ST_DROP_EXPIRED));
+	by_reason(b, "weft_mqtt_deliveries_dropped_total", "queue_bytes_full",
+		  stats_sum(ST_DROP_QUEUE_BYTES));
 	head(b, "weft_mqtt_connections_refused_total", "counter",
 	     "Connections closed as they were accepted, by reason.");
-	tprintf(b, "weft_mqtt_connections_refused_total{reason=\"max_connections\"} %llu\n",
-		(unsigned long long)stats_sum(ST_REFUSED_MAX_CONN));
-	tprintf(b, "weft_mqtt_connections_refused_total{reason=\"rate\"} %llu\n",
-		(unsigned long long)stats_sum(ST_REFUSED_RATE));
+	by_reason(b, "weft_mqtt_connections_refused_total", "max_connections",
+		  stats_sum(ST_REFUSED_MAX_CONN));
+	by_reason(b, "weft_mqtt_connections_refused_total", "rate", stats_sum(ST_REFUSED_RATE));
 	one(b, "weft_mqtt_password_checks_total", "counter",
 	    "Passwords checked against password_file, right or wrong.",
 	    stats_sum(ST_PASSWORD_CHECKS));
@@ -134,16 +138,15 @@ static void broker_metrics(tbuf *b)
 	     "CONNECTs told to try later without a password check, by reason: the pace of their "
 	     "address, or of their name there, was booked 10 s ahead (pace), or the CONNECTs "
 	     "waiting for their turn held all the memory they may (memory).");
-	tprintf(b, "weft_mqtt_password_checks_refused_total{reason=\"pace\"} %llu\n",
-		(unsigned long long)stats_sum(ST_REFUSED_PACE));
-	tprintf(b, "weft_mqtt_password_checks_refused_total{reason=\"memory\"} %llu\n",
-		(unsigned long long)stats_sum(ST_REFUSED_WAITING));
+	by_reason(b, "weft_mqtt_password_checks_refused_total", "pace", stats_sum(ST_REFUSED_PACE));
+	by_reason(b, "weft_mqtt_password_checks_refused_total", "memory",
+		  stats_sum(ST_REFUSED_WAITING));
 	head(b, "weft_mqtt_subscriptions_refused_total", "counter",
 	     "SUBSCRIBE filters refused, by reason: with quota exceeded, the retained messages they "
 	     "would send passing retained_backlog_bytes or retained_backlog_bytes_total "
 	     "(retained_backlog).");
-	tprintf(b, "weft_mqtt_subscriptions_refused_total{reason=\"retained_backlog\"} %llu\n",
-		(unsigned long long)stats_sum(ST_REFUSED_BACKLOG));
+	by_reason(b, "weft_mqtt_subscriptions_refused_total", "retained_backlog",
+		  stats_sum(ST_REFUSED_BACKLOG));
 	/* A gauge kept as per-worker sums of +1 and -1: the total is right modulo 2^64. */
 	one(b, "weft_mqtt_queued_messages", "gauge",
 	    "QoS 1/2 messages queued beyond the clients' inflight windows.",
