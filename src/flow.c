@@ -19,8 +19,8 @@
  *
  * Detached nodes run through weft_blocking: the task parks while a pool thread runs the
  * function, so a blocking call in it holds no worker. Pool threads keep the kernel's default
- * timer slack: giving them 1 ns, as workers have, made the dwarves' detached variant slower,
- * as the kernel could no longer merge their many wake-ups.
+ * timer slack (rejected: 1 ns, as workers have): detached nodes that sleep wake up in great
+ * numbers, and a slack of 1 ns stops the kernel from merging those wake-ups.
  *
  * Guards (flow_guard.c) are taken one after the other before a node runs; an event that cannot
  * take one waits as data on the guard's queue, and its task ends.
@@ -39,10 +39,10 @@
  * posts `done`, and weft_flow_run returns.
  *
  * Counters. Each worker has a row of per-node counters, written only by that worker with
- * relaxed atomics and summed by readers. Reading the clock costs more than running a small
- * node (about 50 ns a read on the virtual machines measured), so a node's time is measured
- * on the first run of the node on each worker and one run in 16 after it, and the total is
- * estimated from those; with $WEFT_FLOW_STATS set every run is timed.
+ * relaxed atomics and summed by readers. Reading the clock can cost more than running a small
+ * node, so a node's time is measured on the first run of the node on each worker and one run in
+ * 16 after it, and the total is estimated from those; with $WEFT_FLOW_STATS set every run is
+ * timed.
  */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -86,7 +86,7 @@ struct weft_flow_rt {
 	atomic_bool stopping, killed;
 	uint64_t sample_mask;       /* time runs whose per-worker count & mask is 0 */
 	/* written by many workers: a cache line of its own, or every event's reads of the
-	 * flags above would miss (measured: a quarter of a chain's time) */
+	 * flags above would miss each time another worker changed the count */
 	alignas(64) atomic_long in_flight;
 	char pad[64 - sizeof(atomic_long)];
 	weft_sem done;

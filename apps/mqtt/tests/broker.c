@@ -301,8 +301,8 @@ TEST(slow_consumer_does_not_block_others)
  * for a client that takes its id at that moment without clean start: it gets a new session
  * (not "present"), and what it subscribes to is delivered. The broker holds the old
  * connection's session between letting go of it and ending it (WEFT_MQTT_DETACH_DELAY_MS),
- * as a busy machine may by chance. In that window the newcomer used to resume the session,
- * which then ended under it: nothing reached it, and its subscriptions stayed in the tree
+ * as a busy machine may by chance. A newcomer that resumed the session in that window would
+ * see it end under it: nothing would reach it, and its subscriptions would stay in the tree
  * after the session was freed. Once with the old socket closed first (as the Paho
  * interoperability suite's client does before it connects again), once left open (taken
  * over: DISCONNECT 0x8E). */
@@ -421,13 +421,11 @@ static void comes_back(const char *what, long base_kb, long peak_kb, long bound_
 /* The loads of a broker that runs for months: crowds of clients that come and go, a tree of
  * topics that grows and empties, retained messages set and cleared. Each time the RSS comes
  * back within 16 MB of what it was at start: up to 12 MB of that is the stack slots weft keeps
- * warm for the next tasks (two magazines of 512 per worker, the depot's warm one and a
- * partial one: 3,071 slots of 4 KB on two workers, src/stack.c), 4 MB what malloc holds free
- * before the broker trims it (pool.c). mosquitto 2.0.11 through the same loads by hand: 8.5 MB
- * at start, 13 MB after the crowds, 23.7 MB after the 40,000 topics, 44 MB after the retained
- * messages. 4,000 connected clients cost less than 16 KB each. Under the sanitizers the loads
- * are smaller and RSS means nothing (their allocators, shadow memory): the loads run, the
- * figures are printed, nothing is asserted of them. */
+ * warm for the next tasks (two magazines of 512 per worker, the depot's warm one and a partial
+ * one: 3,071 slots of 4 KB on two workers, src/stack.c), 4 MB what malloc holds free before the
+ * broker trims it (pool.c). 4,000 connected clients must cost less than 16 KB each. Under the
+ * sanitizers the loads are smaller and RSS means nothing (their allocators, shadow memory): the
+ * loads run, the figures are printed, nothing is asserted of them. */
 TEST(memory_comes_back_after_load_leaves)
 {
 	test_skip_emulated();
