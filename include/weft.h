@@ -995,7 +995,7 @@ typedef struct weft_flow {
 	int ninitials;
 	void (*init)(int argc, char **argv); /* the user's optional init and deinit */
 	void (*deinit)(void);
-	struct weft_flow_rt *_rt;            /* run-time state (src/flow.c) */
+	struct weft_flow_rt *_rt;            /* run-time state (src/flow.h) */
 } weft_flow;
 
 /*
