@@ -1,5 +1,5 @@
 /*
- * bench/dwarves: the seed's Snow White experiment. Runs build/bin/dwarves and
+ * bench/dwarves: Snow White and the dwarves, timers under load. Runs build/bin/dwarves and
  * dwarves-detached (examples/dwarves: 10,000 apples, each eaten by a Dwarf in ten
  * usleep(100) naps) and reports their dwarves/s against, measured in the same run:
  *

@@ -1,19 +1,20 @@
 /*
- * bench/mutex: the seed's experiment (shared/seeds/002): N tasks each increment one shared
- * counter ITERS times, each increment inside lock/unlock of one global weft_mutex; the count
- * must come out N*ITERS. Reported: ns per increment (whole run: spawn to last join), its
+ * bench/mutex: one lock, contended. N tasks each increment one shared counter ITERS times,
+ * each increment inside lock/unlock of one global weft_mutex; the count must come out
+ * N*ITERS. Reported: ns per increment (whole run: spawn to last join), its
  * ratio to each baseline (baseline ns / weft ns: how many times faster weft is), and the
  * longest time any task waited for the lock.
  *
  * Baselines, in the same run: N pthreads with pthread_mutex_t, N pthreads with a
  * test-and-test-and-set spinlock, and where installed Go's sync.Mutex with N goroutines
- * (bench/peers/mutex.go) and Gambit's threads with the seed's program (bench/peers/mutex.scm).
+ * (bench/peers/mutex.go) and Gambit's threads running the same loop (bench/peers/mutex.scm).
  *
- * ns per increment comes from the seed's loop, lock / increment / unlock and nothing else:
- * medians of 5 runs for N <= 7, one run for N >= 100, the runs of the kinds alternating. The longest wait comes from a second,
- * separate run of a timed loop: a trylock first, and only when it fails the clock is read
- * around the blocking lock. (It is a separate run because the timed loop changes what some
- * baselines do: Go's sync.Mutex is up to 1.5x faster with a TryLock before each Lock.) Slow
+ * ns per increment comes from the plain loop, lock / increment / unlock and nothing else:
+ * medians of 5 runs for N <= 7, one run for N >= 100, the runs of the kinds alternating. The
+ * longest wait comes from a second, separate run of a timed loop: a trylock first, and only
+ * when it fails the clock is read around the blocking lock. (It is a separate run because the
+ * timed loop changes what some baselines do: Go's sync.Mutex runs faster with a TryLock before
+ * each Lock, a goroutine whose TryLock fails barging once more before it queues.) Slow
  * baselines use fewer increments per thread where noted in params, to keep the whole program
  * under ~90 s on 2 cores.
  */

@@ -1,15 +1,15 @@
 /*
- * bench/packets: the seed's one-million-packet experiment. 100 producer tasks and 100 consumer
+ * bench/packets: one million packets through one channel. 100 producer tasks and 100 consumer
  * tasks share one channel; each producer puts 10^4 one-word packets, each consumer takes 10^4:
  * 10^6 packets through one channel, timed from the first spawn to the last join.
  *
- * weft runs at capacities 1 (the seed's RendezVous), 0 (hand-off), 1024, and unbounded (the
+ * weft runs at capacities 1 (a one-slot rendezvous), 0 (hand-off), 1024, and unbounded (the
  * kind of SWI-Prolog's message queue), with the default workers and with WEFT_WORKERS=1. In the
- * same run, the baselines the seed compares against:
- *  - C: 100 + 100 pthreads over the seed's two-semaphore RendezVous (POSIX semaphores, a static
- *    buffer with the length in data[0]), in this program;
+ * same run, the baselines:
+ *  - C: 100 + 100 pthreads over a two-semaphore rendezvous (POSIX semaphores, a static buffer
+ *    with the length in data[0]), in this program;
  *  - Go (bench/peers/packets.go): capacities 0, 1 and 1024, GOMAXPROCS=1 and 2;
- *  - SWI-Prolog (bench/peers/packets.pl): the seed's message-queue program;
+ *  - SWI-Prolog (bench/peers/packets.pl): the same exchange over one message queue;
  * the last two only where `go` and `swipl` are installed (a note on stderr otherwise).
  *
  * Also weft with a second channel in a row (a pipeline: producers, a stage of relay tasks,
@@ -17,7 +17,7 @@
  *
  * Each of weft's settings runs in one weft_run: a first exchange, then REPEAT timed ones, as
  * Go's baseline runs a warm-up and then its timed runs in one process. The first exchange of
- * the seed's run (capacity 1, default workers) is reported too: it maps and faults in the
+ * the main run (capacity 1, default workers) is reported too: it maps and faults in the
  * tasks' stacks.
  *
  * Rows: packets/s of each (median of REPEAT runs, or of the first two when those took over
@@ -220,7 +220,7 @@ static double weft_ns(size_t cap, const char *workers, struct weft_result *out)
 	return bench_quantile(timed, n_timed, 0.5);
 }
 
-/* ---- the pthread baseline: the seed's two-semaphore RendezVous -------------------------- */
+/* ---- the pthread baseline: a two-semaphore rendezvous ----------------------------------- */
 
 #define MAX_DATA 128
 
@@ -453,7 +453,7 @@ int main(int argc, char **argv)
 				"(apt install swi-prolog-nox)\n");
 	}
 
-	/* weft's ratios, at the default workers (the seed's run is capacity 1). */
+	/* weft's ratios, at the default workers (the main run is capacity 1). */
 	emit_ratio("weft cap=1 / pthreads", w[0][0], pth, "target>=25");
 	emit_ratio("weft cap=1 / pthreads", w[0][1], pth, "weft workers=1");
 	if (swi > 0) {

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Write bench/results/report.md (the table of the last run) and, where gnuplot is installed
-# (Debian: gnuplot-nox, see `make bench-peers`), charts of the seed experiments:
+# (Debian: gnuplot-nox, see `make bench-peers`), charts of the four experiments:
 # bench/results/mutex.png, packets.png, dwarves.png and mqtt.png.
 res=bench/results
 in=$res/latest.jsonl

@@ -1,8 +1,8 @@
 /*
- * packets - the seed's one-million-packet program (π-WAM contest), in weft.
+ * packets - the one-million-packet program of the π-WAM contest, in weft.
  *
  * 100 producers and 100 consumers share one channel. Each producer puts 100 x 100 one-word
- * packets, each consumer takes as many: 10^6 packets through the eye of a needle. The seed's
+ * packets, each consumer takes as many: 10^6 packets through the eye of a needle. The contest's
  *
  *     producer(C) :- execute((between(1,100,_), between(1,100,_), send(3,[0])), [size(100), comm([C])]).
  *     consumer(C) :- execute((between(1,100,_), between(1,100,_), recv(3,[0])), [size(100), comm([C])]).
@@ -10,7 +10,7 @@
  *
  * becomes weft_execute(100, fn, channel): the shared channel is the argument.
  *
- *   usage: packets [capacity]      (default 1, the seed's RendezVous; 0 is a hand-off;
+ *   usage: packets [capacity]      (default 1, a one-slot rendezvous; 0 is a hand-off;
  *                                   "unbounded" is SWI-Prolog's kind of queue)
  */
 #include <stdio.h>

@@ -131,7 +131,8 @@ weft_task *weft_spawn_opt(void (*fn)(void *), void *arg, const weft_spawn_opts *
  *
  * Wait for t to finish and release it. Returns 0; -EINVAL for NULL, a detached task, joining
  * oneself, or a task another caller is already joining (a weft_join, or a weft_select with
- * t in a JOIN case, until that call returns); -ESRCH when t is gone (joined already); -ECANCELED if the caller was cancelled while waiting (t stays joinable).
+ * t in a JOIN case, until that call returns); -ESRCH when t is gone (joined already);
+ * -ECANCELED if the caller was cancelled while waiting (t stays joinable).
  */
 int weft_join(weft_task *t);
 
@@ -197,9 +198,10 @@ int weft_cancelled(void);
  *
  * A task on a worker shows "running", or "in a system call" when its worker's thread is
  * blocked in the kernel (a call weft does not cover: see the shim), with how long it has held
- * the worker (to a few milliseconds; left out while the task has only just begun). Returns the number of tasks, -EBADF, or -EINVAL outside a task. While weft runs, SIGQUIT
- * (Ctrl-\) prints the same dump to stderr and exits with status 2, unless the program has a
- * SIGQUIT handler of its own. The deadlock report lists the blocked tasks the same way.
+ * the worker (to a few milliseconds; left out while the task has only just begun). Returns
+ * the number of tasks, -EBADF, or -EINVAL outside a task. While weft runs, SIGQUIT (Ctrl-\)
+ * prints the same dump to stderr and exits with status 2, unless the program has a SIGQUIT
+ * handler of its own. The deadlock report lists the blocked tasks the same way.
  */
 int weft_dump(int fd);
 
@@ -338,7 +340,7 @@ void weft_group_free(weft_group *g);
  * A channel carries packets of at most packet_size bytes between tasks and plain threads, in
  * FIFO order. Its capacity says how many packets it buffers:
  *   0               synchronous hand-off: a send waits until a receiver takes the packet;
- *   1               a bounded buffer of one packet (the seed's RendezVous): fire and forget;
+ *   1               a bounded buffer of one packet (a rendezvous slot): fire and forget;
  *   N               a ring of N packets;
  *   WEFT_UNBOUNDED  grows in segments as needed: sends never wait.
  * Packet storage is allocated once, by weft_chan_new (an unbounded channel allocates a segment
@@ -554,15 +556,16 @@ struct weft_waitq {
 
 /*
  * A task-aware mutual-exclusion lock, built for contention (see src/mutex.c): an uncontended
- * lock/unlock pair costs one atomic instruction (where Linux has membarrier); a contended lock spins briefly while the
- * holder runs on another core, then parks. Unlocking does not hand the lock to a waiter (the
- * running task may take it again at once, for throughput), except that a waiter that has waited
- * about 1 ms at the head of the queue gets it handed over directly, so no waiter starves.
- * Not recursive. Any task or thread may unlock a locked mutex (as in Go); unlocking one that is
- * not locked aborts. Unlock reads the mutex after releasing it, so its memory must stay valid
- * until every weft_mutex_unlock call on it has returned: a task that takes the lock, finds it
- * has the last reference and frees the object must not assume the previous holder's unlock
- * has returned (reclaim such objects after a grace period, as weft-mqtt's sessions do).
+ * lock/unlock pair costs one atomic instruction (where Linux has membarrier); a contended lock
+ * spins briefly while the holder runs on another core, then parks. Unlocking does not hand the
+ * lock to a waiter (the running task may take it again at once, for throughput), except that a
+ * waiter that has waited about 1 ms at the head of the queue gets it handed over directly, so
+ * no waiter starves. Not recursive. Any task or thread may unlock a locked mutex (as in Go);
+ * unlocking one that is not locked aborts. Unlock reads the mutex after releasing it, so its
+ * memory must stay valid until every weft_mutex_unlock call on it has returned: a task that
+ * takes the lock, finds it has the last reference and frees the object must not assume the
+ * previous holder's unlock has returned (reclaim such objects after a grace period, as
+ * weft-mqtt's sessions do).
  */
 typedef struct weft_mutex {
 	unsigned char _locked;  /* 1 while held (src/mutex.c) */
@@ -992,7 +995,7 @@ typedef struct weft_flow {
 	int ninitials;
 	void (*init)(int argc, char **argv); /* the user's optional init and deinit */
 	void (*deinit)(void);
-	struct weft_flow_rt *_rt;            /* run-time state (src/flow.c) */
+	struct weft_flow_rt *_rt;            /* run-time state (src/flow.h) */
 } weft_flow;
 
 /*

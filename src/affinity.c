@@ -5,13 +5,11 @@
  * worker that queues a second runnable task wakes an idle worker to help (sched.c,
  * wake_idle); on a busy machine the kernel often places the wakee on the waker's own CPU
  * (wake-affine) and lets it preempt the waker. The task the waker was running then sits,
- * runnable and not running, until the load balancer moves one of them: up to 5 ms in
- * `perf sched` on 2 cores beside weft-mqtt's load generator, where the fixed-rate run's p99
- * was 3 ms with two workers against 0.15 ms with one. Pinned, a woken worker runs on its own
- * core; it may preempt some other thread there, never a fellow worker. (SCHED_BATCH on the
- * workers, which forbids wake-up preemption, cured that run as well, but then a worker woken
- * onto a core busy with any other program waits for the tick: 1.2 ms p99 beside a flooding
- * client, against 0.26 ms pinned.)
+ * runnable and not running, until the load balancer moves one of them, milliseconds later: a
+ * latency tail that one worker alone would not have. Pinned, a woken worker runs on its own
+ * core; it may preempt some other thread there, never a fellow worker. (Rejected: SCHED_BATCH
+ * on the workers, which forbids wake-up preemption and so avoids the stacking too, but then a
+ * worker woken onto a core busy with any other program waits for the scheduler's tick.)
  *
  * When. Only when there are exactly as many workers as CPUs the calling thread may use (the
  * default count): then each worker has a CPU of its own, the i-th of that set. With fewer

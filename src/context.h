@@ -24,9 +24,9 @@
  *
  * Without frame pointers rbp is declared clobbered too, rather than pushed: the compiler kept
  * a constant in it (a thread-local offset) across the switch, and reading it back from the
- * other context's stack put a load on the path of every resumed task (bench/switch 5.3-5.5 ns
- * with it clobbered, 6.0-6.1 ns pushed). Where rbp is the frame pointer it cannot be declared
- * clobbered, and is pushed as before: at -O0, and wherever the Makefile builds with frame
+ * other context's stack puts a load on the path of every resumed task, where a clobber lets
+ * the compiler keep it elsewhere or recompute it. Where rbp is the frame pointer it cannot be
+ * declared clobbered, and is pushed: at -O0, and wherever the Makefile builds with frame
  * pointers (it then defines WEFT_FRAME_POINTERS).
  */
 #if defined(__OPTIMIZE__) && !defined(WEFT_FRAME_POINTERS)

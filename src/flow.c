@@ -19,21 +19,11 @@
  *
  * Detached nodes run through weft_blocking: the task parks while a pool thread runs the
  * function, so a blocking call in it holds no worker. Pool threads keep the kernel's default
- * timer slack: giving them 1 ns, as workers have, made the dwarves' detached variant slower,
- * as the kernel could no longer merge their many wake-ups.
+ * timer slack (rejected: 1 ns, as workers have): detached nodes that sleep wake up in great
+ * numbers, and a slack of 1 ns stops the kernel from merging those wake-ups.
  *
- * Guards. A guard is a hash map from key (bytes, built from the input record by a generated
- * function) to an entry: the value, who holds it, and a FIFO of events waiting for it. A
- * node's guards are taken one after the other in the flow's global order (the compiler sorts
- * them: declaration order or `precedence`, then - for one guard used twice - by key), so no
- * cycle of waits can form. An event that cannot take a guard is queued on the entry and its
- * task simply ends: the event waits as data, holding no task and no worker. The node that
- * releases the guard hands it to the first waiter (exclusive and write modes), to every reader
- * at the head of the queue (readers share, but queue behind a waiting writer), or gives its
- * pool item to the first waiter directly, and spawns the woken events, which go on taking
- * their remaining guards. Each guard has one spinlock, held only for the table operations.
- * Entries live until the flow is released: a guard is for long-lived state keyed by a small
- * set of keys.
+ * Guards (flow_guard.c) are taken one after the other before a node runs; an event that cannot
+ * take one waits as data on the guard's queue, and its task ends.
  *
  * Ending. in_flight counts the events that exist (a source's event exists until the source
  * stops). It is one shared counter, so it is touched as little as possible: new events are
@@ -49,14 +39,13 @@
  * posts `done`, and weft_flow_run returns.
  *
  * Counters. Each worker has a row of per-node counters, written only by that worker with
- * relaxed atomics and summed by readers. Reading the clock costs more than running a small
- * node (about 50 ns a read on the virtual machines measured), so a node's time is measured
- * on the first run of the node on each worker and one run in 16 after it, and the total is
- * estimated from those; with $WEFT_FLOW_STATS set every run is timed.
+ * relaxed atomics and summed by readers. Reading the clock can cost more than running a small
+ * node, so a node's time is measured on the first run of the node on each worker and one run in
+ * 16 after it, and the total is estimated from those; with $WEFT_FLOW_STATS set every run is
+ * timed.
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <stdalign.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -65,6 +54,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "flow.h"
 #include "spin.h"
 #include "weft.h"
 
@@ -74,96 +64,6 @@
 #define SOURCE_BATCH 16    /* a source yields once per this many runs */
 #define SOURCE_CREDIT 64   /* a source counts its events in flight this many at a time */
 #define OWED_BATCH 32      /* a worker takes its freed events off the count this many at a time */
-
-/* ---- records ----------------------------------------------------------------------------- */
-
-struct entry {
-	struct entry *hnext;
-	void *value;
-	int holders;                /* readers, or -1 for an exclusive or write holder */
-	struct event *wq, *wq_tail; /* events waiting, FIFO */
-	alignas(16) unsigned char key[];
-};
-
-struct guard_rt {
-	spinlock lock;
-	int kind;
-	unsigned key_size;
-	size_t nbuckets, count;
-	struct entry **buckets;
-	void **items;               /* pool: free items (a stack) and all items ever added */
-	size_t nitems, cap;
-	struct event *wq, *wq_tail; /* pool: events waiting for an item */
-};
-
-struct acq {
-	struct entry *e;            /* NULL for a pool */
-	void *item;                 /* a pool item */
-	int use;                    /* index in the node's uses */
-	bool alias;                 /* same guard and key as the previous acquisition: shared */
-};
-
-struct event {
-	struct event *next;         /* free list or guard wait queue */
-	struct event *pending;      /* a detached node's splayed outputs, spawned on return */
-	int node;
-	unsigned char nacq, gi;     /* acquisitions computed, and taken so far */
-	bool started, dropped;
-	struct weft_flow_rt *rt;
-	struct acq acq[WEFT_FLOW_MAX_GUARDS];
-	/* the input record at IN_OFF, the output record at rt->out_off, preceded by a pointer
-	 * back to the event (weft_flow_emit finds its event from the out pointer) */
-};
-
-#define IN_OFF ((sizeof(struct event) + 15) & ~(size_t)15)
-
-struct nstat {
-	_Atomic uint64_t events, errors;
-	_Atomic uint64_t timed, ns;  /* runs timed, and their total time */
-};
-
-struct evcache {
-	alignas(64) struct event *head;
-	int n;
-	atomic_long owed;           /* events freed here, not yet taken off in_flight */
-};
-
-struct weft_flow_rt {
-	/* read by every event: written only when the flow starts, stops or is killed */
-	weft_flow *f;
-	size_t ev_size, out_off;
-	struct guard_rt *guards;
-	atomic_int running;
-	atomic_bool stopping, killed;
-	uint64_t sample_mask;       /* time runs whose per-worker count & mask is 0 */
-	/* written by many workers: a cache line of its own, or every event's reads of the
-	 * flags above would miss (measured: a quarter of a chain's time) */
-	alignas(64) atomic_long in_flight;
-	char pad[64 - sizeof(atomic_long)];
-	weft_sem done;
-	int nrows;                  /* workers, plus one row for other threads */
-	struct nstat *stats;        /* nrows x nnodes */
-	struct evcache *caches;     /* one per worker; kept from run to run */
-	int ncaches;
-	spinlock glock;             /* the global list of free events */
-	struct event *global;
-	atomic_int nglobal;         /* read without the lock as a hint */
-};
-
-static inline void *ev_in(struct event *ev)
-{
-	return (char *)ev + IN_OFF;
-}
-
-static inline void *ev_out(struct event *ev)
-{
-	return (char *)ev + ev->rt->out_off;
-}
-
-static inline const weft_flow_node *ev_node(struct event *ev)
-{
-	return &ev->rt->f->nodes[ev->node];
-}
 
 /* ---- counters ---------------------------------------------------------------------------- */
 
@@ -327,160 +227,7 @@ static void ev_free(struct event *ev)
 	flight_done(rt);
 }
 
-/* ---- guards ------------------------------------------------------------------------------ */
-
-static uint64_t hash(const unsigned char *k, unsigned n)
-{
-	uint64_t h = 1469598103934665603ULL;
-	for (unsigned i = 0; i < n; i++)
-		h = (h ^ k[i]) * 1099511628211ULL;
-	return h ^ (h >> 29);
-}
-
-static int grow(struct guard_rt *g)
-{
-	size_t nb = g->nbuckets ? g->nbuckets * 2 : 64;
-	struct entry **b = calloc(nb, sizeof *b);
-	if (!b)
-		return -ENOMEM;
-	for (size_t i = 0; i < g->nbuckets; i++)
-		for (struct entry *e = g->buckets[i], *n; e; e = n) {
-			n = e->hnext;
-			size_t j = hash(e->key, g->key_size) & (nb - 1);
-			e->hnext = b[j];
-			b[j] = e;
-		}
-	free(g->buckets);
-	g->buckets = b;
-	g->nbuckets = nb;
-	return 0;
-}
-
-/* The entry for key, created if missing. Guard lock held. */
-static struct entry *lookup(struct guard_rt *g, const void *key)
-{
-	static const unsigned char none[1];
-	if (!key) /* a guard without key: one entry */
-		key = none;
-	if (g->count >= g->nbuckets && grow(g) && !g->nbuckets)
-		return NULL;
-	size_t i = hash(key, g->key_size) & (g->nbuckets - 1);
-	for (struct entry *e = g->buckets[i]; e; e = e->hnext)
-		if (!memcmp(e->key, key, g->key_size))
-			return e;
-	struct entry *e = calloc(1, sizeof *e + g->key_size);
-	if (!e)
-		return NULL;
-	memcpy(e->key, key, g->key_size);
-	e->hnext = g->buckets[i];
-	g->buckets[i] = e;
-	g->count++;
-	return e;
-}
-
-static void enqueue(struct event **head, struct event **tail, struct event *ev)
-{
-	ev->next = NULL;
-	if (*tail)
-		(*tail)->next = ev;
-	else
-		*head = ev;
-	*tail = ev;
-}
-
-static int use_mode(struct event *ev, int i)
-{
-	return ev_node(ev)->uses[ev->acq[i].use].mode;
-}
-
-/* Take acquisition gi of ev, or queue ev on it: true when taken. */
-static bool acquire(struct event *ev)
-{
-	struct acq *a = &ev->acq[ev->gi];
-	if (a->alias)
-		return true;
-	const weft_flow_use *u = &ev_node(ev)->uses[a->use];
-	struct guard_rt *g = &ev->rt->guards[u->guard];
-	bool ok;
-	spin_lock(&g->lock);
-	switch (u->mode) {
-	case WEFT_FLOW_POOL:
-		if ((ok = g->nitems > 0))
-			a->item = g->items[--g->nitems];
-		else
-			enqueue(&g->wq, &g->wq_tail, ev);
-		break;
-	case WEFT_FLOW_READ:
-		if ((ok = a->e->holders >= 0 && !a->e->wq))
-			a->e->holders++;
-		else
-			enqueue(&a->e->wq, &a->e->wq_tail, ev);
-		break;
-	case WEFT_FLOW_FREE:
-		ok = true;
-		break;
-	default: /* exclusive, write */
-		if ((ok = a->e->holders == 0 && !a->e->wq))
-			a->e->holders = -1;
-		else
-			enqueue(&a->e->wq, &a->e->wq_tail, ev);
-		break;
-	}
-	spin_unlock(&g->lock);
-	return ok;
-}
-
-/* Hand a free entry to the waiters at the head of its queue: one writer, or every reader up
- * to the next writer. The events granted are pushed on *woken. Guard lock held. */
-static void grant(struct entry *e, struct event **woken)
-{
-	while (e->wq && e->holders >= 0) {
-		struct event *w = e->wq;
-		bool reader = use_mode(w, w->gi) == WEFT_FLOW_READ;
-		if (!reader && e->holders > 0)
-			break;
-		e->wq = w->next;
-		if (!e->wq)
-			e->wq_tail = NULL;
-		e->holders = reader ? e->holders + 1 : -1;
-		w->gi++;
-		w->next = *woken;
-		*woken = w;
-	}
-}
-
-static void release_one(struct event *ev, int i, struct event **woken)
-{
-	struct acq *a = &ev->acq[i];
-	if (a->alias)
-		return;
-	int mode = use_mode(ev, i);
-	if (mode == WEFT_FLOW_FREE)
-		return;
-	struct guard_rt *g = &ev->rt->guards[ev_node(ev)->uses[a->use].guard];
-	spin_lock(&g->lock);
-	if (mode == WEFT_FLOW_POOL) {
-		struct event *w = g->wq;
-		if (w) { /* the item goes straight to the first waiter */
-			g->wq = w->next;
-			if (!g->wq)
-				g->wq_tail = NULL;
-			w->acq[w->gi].item = a->item;
-			w->gi++;
-			w->next = *woken;
-			*woken = w;
-		} else {
-			g->items[g->nitems++] = a->item;
-		}
-	} else {
-		if (mode == WEFT_FLOW_READ)
-			a->e->holders--;
-		else
-			a->e->holders = 0;
-		grant(a->e, woken);
-	}
-	spin_unlock(&g->lock);
-}
+/* ---- guards: taking them, and starting the events a release woke ------------------------- */
 
 static void run_task(void *arg);
 
@@ -494,61 +241,27 @@ static void spawn_event(struct event *ev)
 	}
 }
 
-/* Release the guards ev holds (in reverse order) and start the events that now have them. */
-static void release_all(struct event *ev)
+/* Compute ev's acquisitions (flow_guard.c); a node without guards has none, and no call. */
+static inline int prepare(struct event *ev)
 {
-	struct event *woken = NULL;
-	for (int i = ev->gi - 1; i >= 0; i--)
-		release_one(ev, i, &woken);
-	ev->gi = 0;
+	if (!ev_node(ev)->nuses) {
+		ev->nacq = 0;
+		return 0;
+	}
+	return flow_guards_prepare(ev);
+}
+
+/* Release the guards ev holds (in reverse order) and start the events that now have them. */
+static inline void release_all(struct event *ev)
+{
+	if (!ev->gi) /* holds none: no call */
+		return;
+	struct event *woken = flow_guards_release(ev);
 	while (woken) {
 		struct event *w = woken;
 		woken = w->next;
 		spawn_event(w);
 	}
-}
-
-/* Compute ev's acquisitions: keys, entries, and the order among uses of one guard. */
-static int prepare(struct event *ev)
-{
-	const weft_flow_node *n = ev_node(ev);
-	for (int i = 0; i < n->nuses; i++) {
-		const weft_flow_use *u = &n->uses[i];
-		struct guard_rt *g = &ev->rt->guards[u->guard];
-		struct acq *a = &ev->acq[i];
-		*a = (struct acq){ .use = i };
-		if (u->mode == WEFT_FLOW_POOL)
-			continue;
-		unsigned char key[g->key_size + 1];
-		memset(key, 0, sizeof key);
-		if (u->key)
-			u->key(ev_in(ev), key);
-		spin_lock(&g->lock);
-		a->e = lookup(g, key);
-		spin_unlock(&g->lock);
-		if (!a->e)
-			return -ENOMEM;
-	}
-	/* uses of one guard are adjacent (the compiler sorted them): order them by key, and let
-	 * a repeat of the same key share the first acquisition */
-	for (int i = 1; i < n->nuses; i++)
-		for (int j = i; j > 0; j--) {
-			struct acq *p = &ev->acq[j - 1], *q = &ev->acq[j];
-			if (n->uses[p->use].guard != n->uses[q->use].guard || !p->e)
-				break;
-			unsigned ks = ev->rt->guards[n->uses[p->use].guard].key_size;
-			if (memcmp(p->e->key, q->e->key, ks) <= 0)
-				break;
-			struct acq t = *p;
-			*p = *q;
-			*q = t;
-		}
-	for (int i = 1; i < n->nuses; i++) {
-		struct acq *p = &ev->acq[i - 1], *q = &ev->acq[i];
-		q->alias = p->e && q->e == p->e;
-	}
-	ev->nacq = (unsigned char)n->nuses;
-	return 0;
 }
 
 /* ---- routing ----------------------------------------------------------------------------- */
@@ -740,7 +453,7 @@ static void run_event(struct event *ev)
 			ev->started = true;
 		}
 		while (ev->gi < ev->nacq) {
-			if (!acquire(ev))
+			if (!flow_guard_take(ev))
 				return; /* parked: the event now waits as data on the guard's queue */
 			ev->gi++;
 		}
@@ -791,7 +504,7 @@ static void run_task(void *arg)
 /* ---- the flow ---------------------------------------------------------------------------- */
 
 /* The run-time state of f, created on first use (guards may be set before the flow runs). */
-static struct weft_flow_rt *rt_get(weft_flow *f)
+struct weft_flow_rt *flow_rt_get(weft_flow *f)
 {
 	if (f->_rt)
 		return f->_rt;
@@ -817,49 +530,6 @@ static struct weft_flow_rt *rt_get(weft_flow *f)
 	rt->ev_size = (rt->out_off + out + 15) & ~(size_t)15;
 	f->_rt = rt;
 	return rt;
-}
-
-int weft_flow_guard_set(weft_flow *f, int g, const void *key, void *value)
-{
-	if (!f || g < 0 || g >= f->nguards || f->guards[g].kind == WEFT_FLOW_POOL ||
-	    (!key && f->guards[g].key_size))
-		return -EINVAL;
-	struct weft_flow_rt *rt = rt_get(f);
-	if (!rt)
-		return -ENOMEM;
-	struct guard_rt *gr = &rt->guards[g];
-	spin_lock(&gr->lock);
-	struct entry *e = lookup(gr, key);
-	if (e)
-		e->value = value;
-	spin_unlock(&gr->lock);
-	return e ? 0 : -ENOMEM;
-}
-
-int weft_flow_guard_add(weft_flow *f, int g, void *item)
-{
-	if (!f || g < 0 || g >= f->nguards || f->guards[g].kind != WEFT_FLOW_POOL)
-		return -EINVAL;
-	struct weft_flow_rt *rt = rt_get(f);
-	if (!rt)
-		return -ENOMEM;
-	struct guard_rt *gr = &rt->guards[g];
-	int r = 0;
-	spin_lock(&gr->lock);
-	if (gr->nitems == gr->cap) {
-		size_t cap = gr->cap ? gr->cap * 2 : 16;
-		void **p = realloc(gr->items, cap * sizeof *p);
-		if (p) {
-			gr->items = p;
-			gr->cap = cap;
-		} else {
-			r = -ENOMEM;
-		}
-	}
-	if (!r)
-		gr->items[gr->nitems++] = item;
-	spin_unlock(&gr->lock);
-	return r;
 }
 
 void weft_flow_stop(weft_flow *f)
@@ -938,7 +608,7 @@ static void caches_free(struct weft_flow_rt *rt)
 
 static int flow_body(weft_flow *f, int argc, char **argv)
 {
-	struct weft_flow_rt *rt = rt_get(f);
+	struct weft_flow_rt *rt = flow_rt_get(f);
 	if (!rt)
 		return -ENOMEM;
 	int idle = 0;

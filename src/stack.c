@@ -16,38 +16,38 @@
  *    canary) is still zero: when the task ends or parks with no deadline (it may never switch
  *    again), else at every CANARY_EVERY-th switch. Reading an untouched page maps the kernel's
  *    zero page, so the check costs no memory, where writing a canary value would cost a page
- *    per task. It does cost a TLB miss, the canary's page being one the task seldom touches:
- *    read at every switch, it took a tenth of the time of 10^5 tasks sleeping in turn. An
- *    overflow is caught after the fact: at the task's next untimed park or end, or within
- *    CANARY_EVERY switches. The page the guard would have been still lies between the stack
- *    and the slot below, so an overflow by less than a page has harmed nothing else by then;
- *    a deeper one may have scribbled on the top of the slot below. The message is the same.
+ *    per task. It does cost a TLB miss, the canary's page being one the task seldom touches,
+ *    so it is not read at every switch (rejected: that miss on every switch is a sizeable
+ *    share of the time of a program of sleeping tasks). An overflow is caught after the fact:
+ *    at the task's next untimed park or end, or within CANARY_EVERY switches. The page the
+ *    guard would have been still lies between the stack and the slot below, so an overflow by
+ *    less than a page has harmed nothing else by then; a deeper one may have scribbled on the
+ *    top of the slot below. The message is the same.
  *
  * Each worker carves new slots from a region of its own, without the lock: carving a slot
- * arms its guard (mprotect) and faults in the page of its record, several microseconds, and
- * two workers spawning at once each waited for the other's under one lock (100 + 100 tasks
- * spawned on two workers in a fresh weft_run: 120 futex wake-ups of that lock per run).
+ * arms its guard (mprotect) and faults in the page of its record, a system call and a page
+ * fault, and under one shared lock two workers spawning at once would each wait for the
+ * other's (rejected: one region for all, under the lock).
  *
  * Slots are recycled through a per-worker cache (no lock, no system call in steady state): an
  * array of up to two magazines of STACK_MAGAZINE slots, as in Bonwick's slab allocator. A full
  * cache hands its older magazine to the global depot, an empty one takes a magazine from it:
  * a copy of 512 pointers and a lock, so that a worker spawning tasks that end on other
- * workers goes there once every 512 spawns and touches no record doing so. The free lists
- * linked through the records that this replaces made every move of a slot, and every spawn,
- * wait on a record long out of cache, one dependent miss after another (spawn+join on two
- * workers: 108-152 ns before, 92-104 after). An array also shows which slots come next, and
- * stack_get prefetches the record of the one STACK_PREFETCH spawns ahead.
+ * workers goes there once every 512 spawns and touches no record doing so. (Rejected: free
+ * lists linked through the records, which make every move of a slot, and every spawn, wait
+ * on a record long out of cache, one dependent miss after another.) An array also shows which
+ * slots come next, and stack_get prefetches the record of the one STACK_PREFETCH spawns ahead.
  *
  * The depot keeps DEPOT_WARM magazines as they are; a magazine spilled beyond them has its
  * slots' pages given back to the kernel (MADV_DONTNEED, the guard pages untouched) before it
  * joins the depot's cold list, and its records are written anew when a worker takes it. Every
  * slot keeps the pages its tasks touched, one at least (the record's), so without this a
- * program that once ran 4,000 connection tasks kept 16 MB of stacks for good, and one that
- * ran 100,000 would keep 400 MB; now what freed slots hold is bounded by the workers' caches
- * and the warm magazines. A stale handle to a purged slot reads a zeroed record, whose size 0
- * says "free" as before. The cost falls only on a load that leaves: tasks that end on one
- * worker and start on another pass one magazine back and forth through the depot, never more
- * than DEPOT_WARM.
+ * program would keep, for good, 4 KB or more for every task it once had at the same time
+ * (400 MB after a peak of 100,000 tasks); with it, what freed slots hold is bounded by the
+ * workers' caches and the warm magazines. A stale handle to a purged slot reads a zeroed
+ * record, whose size 0 says "free" as before. The cost falls only on a load that leaves: tasks
+ * that end on one worker and start on another pass one magazine back and forth through the
+ * depot, never more than DEPOT_WARM.
  *
  * Odd-sized stacks get a mapping of their own, kept on a global free list for the next spawn
  * of the same size. No slot is unmapped before weft_run ends, so a stale task handle still

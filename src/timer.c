@@ -44,8 +44,9 @@
  * Costs: insert O(1) (an append; a realloc when a slot grows); cancel O(1); expiry O(1) per
  * fired timer plus O(1) per cascade step (at most WHEEL_LEVELS - 1 per timer, one in practice
  * for waits under 4 ms); finding the next slot is at most 9 mask tests. Memory: 14 KB of slot
- * headers per worker, plus 16 bytes per queued timer. A cascade that cannot grow a slot's array aborts the
- * program, as the global run queue does: the entries it holds have nowhere else to go.
+ * headers per worker, plus 16 bytes per queued timer. A cascade that cannot grow a slot's
+ * array aborts the program, as the global run queue does: the entries it holds have nowhere
+ * else to go.
  *
  * Firing: claimed timers are handed to fire() in batches of TIMER_FIRE_BATCH, with the lock
  * dropped, while they are still in cache from being claimed; fire() makes a whole batch

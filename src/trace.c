@@ -18,7 +18,7 @@
  * named after the task, with how it ended (yield, exit or the wait it parked in) in its args.
  *
  * Timestamps are read from the CPU's counter (rdtsc, cntvct_el0) where the kernel says it runs
- * at a constant rate, in step on all cores: 10 ns instead of the clock's 25 here, on every
+ * at a constant rate, in step on all cores: a fraction of the cost of clock_gettime, on every
  * event. trace_stop maps counts to weft_now() nanoseconds from two readings of both clocks.
  *
  * Rings of threads that have exited are freed after writing; a thread that outlives weft_run

@@ -1,11 +1,11 @@
-// bench/peers/mutex.go - the seed's mutex experiment with Go's sync.Mutex, as a baseline for
+// bench/peers/mutex.go - the contended counter of bench/mutex with Go's sync.Mutex, a baseline for
 // bench/mutex (which builds and runs it when `go` is installed).
 //
 //	mutex N ITERS         -> prints "<ns per increment> -1"
 //	mutex N ITERS timed   -> prints "<ns per increment> <longest wait for the lock in ns>"
 //
 // N goroutines (GOMAXPROCS: all cores) each increment one shared counter ITERS times, each
-// increment inside Lock/Unlock of one global sync.Mutex: the seed's loop. With "timed", as in
+// increment inside Lock/Unlock of one global sync.Mutex: bench/mutex's loop. With "timed", as in
 // the C programs, a TryLock comes first and only a failed one is followed by a timed Lock
 // (that loop runs faster: a goroutine whose TryLock fails barges once more before queueing).
 package main

@@ -1,11 +1,12 @@
-;; bench/peers/mutex.scm - the seed's Gambit program (shared/seeds/002), as a baseline for
-;; bench/mutex, which compiles it with `gsc -exe` and runs it when Gambit is installed.
+;; bench/peers/mutex.scm - the contended counter of bench/mutex in Gambit Scheme, with
+;; Gambit's threads and mutexes, as a baseline for bench/mutex, which compiles it with
+;; `gsc -exe` and runs it when Gambit is installed.
 ;;
 ;;   mutex N ITERS   -> prints "<ns per increment> -1"  (the wait for the lock is not timed)
 ;;
-;; Unchanged from the seed but for three things: the number of threads and of increments come
-;; from the command line (the seed used the processor count and 10^6), the run times itself
-;; with real-time, and it prints ns per increment instead of the count (which it checks).
+;; N threads each increment one global count ITERS times inside mutex-lock!/mutex-unlock! (N
+;; and ITERS from the command line); the program times itself with real-time, checks the count,
+;; and prints ns per increment.
 
 (declare (standard-bindings) (extended-bindings) (fixnum) (not safe) (block))
 

@@ -1,4 +1,4 @@
-// packets.go - the seed's one-million-packet experiment in Go, a baseline for bench/packets.
+// packets.go - the one-million-packet exchange of bench/packets in Go, a baseline for it.
 //
 // 100 producer goroutines and 100 consumer goroutines share one channel; each producer sends
 // 10,000 one-word packets, each consumer receives 10,000: 10^6 packets. For each capacity given

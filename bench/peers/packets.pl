@@ -1,4 +1,4 @@
-% packets.pl - the seed's one-million-packet program for SWI-Prolog, a baseline for
+% packets.pl - the one-million-packet exchange of bench/packets in SWI-Prolog, a baseline for
 % bench/packets: 100 producer threads and 100 consumer threads share one message queue
 % (SWI's default: blocking and unbounded); each sends or receives 10,000 packets [0].
 % Prints "ns=T", T the median wall time of 3 runs of test/0.
@@ -26,7 +26,7 @@ consumer(C) :-
          fail; true), [size(100)]
     ).
 
-% As the seed's, but the producer thread is joined so that runs can follow each other.
+% The producer thread is joined, so that runs can follow each other.
 test :-
     message_queue_create(C),
     thread_create(producer(C), P),

@@ -2,17 +2,17 @@
  * sleepers-floor: the least a runtime that gives each task its own stack can do for
  * bench/sleepers, to measure what the memory system alone charges on this machine. Not a
  * scheduler: no timers, no run queues, no spawning. Each of 10^5 contexts has a stack slot of
- * WEFT_STACK_DEFAULT bytes with its record at the top, as weft's tasks do, and the threads
- * (as many as weft's workers, pinned as they are: affinity.c) resume their share of them ten times each, in the
- * order the slots lie in memory, every context switching straight to the next one.
+ * WEFT_STACK_DEFAULT bytes with its record at the top, as weft's tasks do, and the threads (as
+ * many as weft's workers, pinned as they are: affinity.c) resume their share of them ten times
+ * each, in the order the slots lie in memory, every context switching straight to the next one.
  *
- * That is the one thing a sleeper's wake-up cannot skip: resuming a task whose stack and
- * record were last touched a whole round of switches ago, a TLB miss on its page and cache
- * misses on its lines. A run that meets bench/sleepers' target (twice the ideal 10 ms) keeps at least half of
- * the 10^5 tasks alive on average (Little's law), and 5 x 10^4 stacks resumed twenty times cost
- * what 10^5 resumed ten times do: so a runtime that keeps a stack per task (in 4 KB pages)
- * takes at least this long for such a run, whatever its timers and queues cost. bench/sleepers
- * runs it beside weft.
+ * That is the one thing a sleeper's wake-up cannot skip: resuming a task whose stack and record
+ * were last touched a whole round of switches ago, a TLB miss on its page and cache misses on
+ * its lines. A run that meets bench/sleepers' target (twice the ideal 10 ms) keeps at least
+ * half of the 10^5 tasks alive on average (Little's law), and 5 x 10^4 stacks resumed twenty
+ * times cost what 10^5 resumed ten times do: so a runtime that keeps a stack per task (in 4 KB
+ * pages) takes at least this long for such a run, whatever its timers and queues cost.
+ * bench/sleepers runs it beside weft.
  *
  * Prints the median of REPEAT runs as `ms=<milliseconds>`; the stacks are faulted in before.
  * $WEFT_WORKERS and $WEFT_PIN act on the threads as they do on weft's workers.

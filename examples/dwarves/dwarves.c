@@ -1,5 +1,5 @@
 /*
- * dwarves - the seed's Snow White experiment on weft flows (dwarves.flux): the source
+ * dwarves - Snow White and the dwarves on weft flows (dwarves.flux): the source
  * SnowWhite hands out an apple and naps 0.1 ms with plain usleep(); each apple goes to a
  * Dwarf, which naps ten times 0.1 ms. After DWARVES_APPLES apples (10,000) Snow White kills
  * the flow, and deinit prints the rate:

@@ -2,6 +2,10 @@
 # the flow tests and the flow benchmarks.
 #
 # The make rule users copy (docs/flows.md):  %_flow.c %_flow.h: %.flux build/bin/weft-flux
+#
+# FLUX_SRC is the compiler without its main(): driver.c (the command line, one compile),
+# arena.c, lex.c, parse.c, check.c, gen.c, diag.c. weft-flux.c holds main() alone, so that
+# tests/flux links FLUX_SRC and calls flux_main itself.
 FLUX_SRC  := $(filter-out tools/weft-flux/weft-flux.c,$(wildcard tools/weft-flux/*.c))
 FLUX_HDRS := tools/weft-flux/flux.h
 

@@ -9,8 +9,8 @@
  * check.c from the next declaration or use), so that one run reports every independent error.
  * A declaration that did not parse whole is kept, marked `bad`, so that its name resolves and
  * the checks that need its whole shape skip it instead of reporting what is only a consequence.
- * Code is generated only when no error was reported. Nothing is freed by the passes: main.c
- * frees the compile's memory at once.
+ * Code is generated only when no error was reported. Nothing is freed by the passes: driver.c
+ * frees the compile's memory at once (arena.c).
  */
 #ifndef FLUX_H
 #define FLUX_H
@@ -200,17 +200,22 @@ const char *flux_suggest(const char *word, const char *const *cands, int n);
 /* "; did you mean 'x'?" for flux_suggest's answer, or "". */
 const char *flux_hint(const char *word, const char *const *cands, int n);
 
-/* ---- memory (main.c) ------------------------------------------------------------------------ */
+/* ---- memory (arena.c) ----------------------------------------------------------------------- */
 
 void *xmalloc(size_t n);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
 char *xprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Free every allocation above: the end of a compile. */
+void arena_free(void);
 
 /* Append one element to a growing array: APPEND(arr, n) returns a pointer to the new slot. */
 #define APPEND(arr, n)                                                        \
 	((arr) = xrealloc((arr), sizeof *(arr) * (size_t)((n) + 1)),           \
 	 memset(&(arr)[(n)], 0, sizeof *(arr)), &(arr)[(n)++])
 
+/* ---- the command line (driver.c) ---------------------------------------------------------- */
+
+/* Parse the arguments and run one compile: 0, 1 after errors, 2 for a usage error. */
 int flux_main(int argc, char **argv);
 #endif

@@ -1,5 +1,6 @@
 /*
- * main.c - the weft-flux command line:
+ * driver.c - the weft-flux command line, and one compile: it runs the passes in order (parse,
+ * check, generate) and frees the compile's memory after them (arena.c).
  *
  *   weft-flux [-o DIR] [-n NAME] x.flux     writes DIR/x_flow.h and DIR/x_flow.c
  *
@@ -8,80 +9,15 @@
  * flow object NAME_flow. Errors go to stderr as `file:line:col: error: message`, each followed
  * by its source line and a caret (diag.c); after any error the exit status is 1 and no file
  * is written.
+ *
+ * main() itself is in weft-flux.c, alone: tests/flux.c links every other file of the compiler
+ * and calls flux_main in a child process for each case, as the command line would run it.
  */
-#include <stdarg.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "flux.h"
-
-/* Every allocation of one compile hangs on one list, freed when the compile ends: the passes
- * never free anything themselves. */
-struct block {
-	struct block *prev, *next;
-	max_align_t align[];
-};
-
-static struct block arena = { &arena, &arena };
-
-static void *link_block(struct block *b)
-{
-	if (!b) {
-		fprintf(stderr, "weft-flux: out of memory\n");
-		exit(2);
-	}
-	b->next = arena.next;
-	b->prev = &arena;
-	arena.next->prev = b;
-	arena.next = b;
-	return b->align;
-}
-
-static void arena_free(void)
-{
-	while (arena.next != &arena) {
-		struct block *b = arena.next;
-		arena.next = b->next;
-		free(b);
-	}
-	arena.prev = &arena;
-}
-
-void *xmalloc(size_t n)
-{
-	return link_block(malloc(sizeof(struct block) + n));
-}
-
-void *xrealloc(void *p, size_t n)
-{
-	if (!p)
-		return xmalloc(n);
-	struct block *b = (struct block *)((char *)p - offsetof(struct block, align));
-	b->prev->next = b->next;
-	b->next->prev = b->prev;
-	return link_block(realloc(b, sizeof(struct block) + n));
-}
-
-char *xstrdup(const char *s)
-{
-	size_t n = strlen(s) + 1;
-	return memcpy(xmalloc(n), s, n);
-}
-
-char *xprintf(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(NULL, 0, fmt, ap);
-	va_end(ap);
-	char *s = xmalloc((size_t)n + 1);
-	va_start(ap, fmt);
-	vsnprintf(s, (size_t)n + 1, fmt, ap);
-	va_end(ap);
-	return s;
-}
 
 static char *flow_name(const char *path)
 {
