@@ -33,8 +33,8 @@ endif
 B        := build
 RUNNER   :=
 # No frame pointers by default (gcc's default at -O2): a park and its wake-up go through half a
-# dozen functions, and the push, move and pop of rbp in each cost the one-million-packet run
-# 5-7% (docs/design.md). The sanitizer builds keep them, for their fast unwinder; so does
+# dozen functions, and the push, move and pop of rbp in each are a measurable share of the
+# one-million-packet run (docs/design.md). The sanitizer builds keep them, for their fast unwinder; so does
 # FRAME_POINTERS=1, for `perf record -g` (or use `perf record --call-graph dwarf`). With them,
 # the inlined switch must save rbp itself (src/context.h): WEFT_FRAME_POINTERS says so.
 ifneq ($(SANITIZE)$(FRAME_POINTERS),)
