@@ -1,34 +1,15 @@
 /*
- * nocrypto.c - stands in for auth.c where weft-mqtt is built without OpenSSL (the aarch64
- * cross build has no libcrypto), for ws.c, which needs SHA-1, and for tls.c: there is no
- * password checking, no WebSocket upgrade and no TLS, so a configured password_file,
- * websockets listener or certfile stops the broker at start instead of being ignored.
+ * nocrypto.c - stands in for ws.c, which needs SHA-1, and for tls.c where weft-mqtt is built
+ * without OpenSSL (the aarch64 cross build has no libcrypto): there is no WebSocket upgrade
+ * and no TLS, so a configured websockets listener or certfile stops the broker at start
+ * instead of being ignored. Its twin for password checking is access/auth_nocrypto.c.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "auth.h"
 #include "tls.h"
 #include "ws.h"
-
-int auth_reload(const char *path, const auth_opts *o, char *err, size_t errcap)
-{
-	(void)o;
-	snprintf(err, errcap, "%s: password_file needs a weft-mqtt built with OpenSSL", path);
-	return -1;
-}
-
-long auth_count(void)
-{
-	return -1;
-}
-
-auth_result auth_check(const auth_req *r)
-{
-	(void)r;
-	return AUTH_NOT_AUTHORIZED;
-}
 
 /* WebSockets: main.c refuses a websockets listener in this build, so these never run. */
 void ws_init(ws *w, const ws_limits *lim)
