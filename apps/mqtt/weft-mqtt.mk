@@ -8,20 +8,21 @@
 # (messages, memory, reclamation, counters, configuration values), access/ (who may do what),
 # persist/ (the store), route/ (topic tree, sessions, delivery), conn/ (connections and their
 # packets), bridge/ (connections to other brokers), and the program on top (main.c, config.c,
-# metrics.c). A folder uses only the folders below it: apps/mqtt/tests/layers.sh checks
-# that on the objects. The sources are listed by name, so that modules still being written
+# metrics.c, sys.c, restore.c). A folder uses only the folders below it: tests/layers.sh
+# checks that on the objects. The sources are listed by name, so that modules still being written
 # beside them do not change this build. The broker's unit tests and their own builds of the
 # modules are in tests/weft-mqtt-tests.mk.
 MQTT_DIRS := wire base access persist route conn bridge
 MQTT_INC  := -iquote apps/mqtt $(addprefix -iquote apps/mqtt/,$(MQTT_DIRS))
 MQTT_SRC := $(addprefix apps/mqtt/,wire/codec.c wire/encode.c \
-	base/msg.c base/pool.c base/epoch.c base/stats.c base/ratelimit.c base/textfile.c \
+	base/conf.c base/msg.c base/pool.c base/epoch.c base/stats.c base/scratch.c base/ratelimit.c \
+	base/textfile.c \
 	access/access.c access/acl.c access/pace.c \
 	persist/persist.c \
-	route/topic.c route/retained.c route/session.c route/delivery.c route/deadline.c \
-	conn/conn.c conn/login.c conn/kick.c conn/writer.c conn/subscribe.c \
+	route/topic.c route/retained.c route/session.c route/delivery.c route/deadline.c route/writer.c \
+	conn/conn.c conn/acks.c conn/login.c conn/kick.c conn/subscribe.c \
 	bridge/bridge.c \
-	config.c metrics.c)
+	config.c metrics.c sys.c restore.c)
 MQTT_HDR := $(addprefix apps/mqtt/,broker.h wire/codec.h access/acl.h access/auth.h conn/ws.h \
 	conn/tls.h persist/store.h persist/store_queue.h bridge/bridge.h base/ratelimit.h \
 	base/textfile.h) include/weft.h

@@ -21,6 +21,8 @@
 
 #include "broker.h"
 
+void (*msg_stored_release)(uint64_t smid);
+
 static uint32_t filter_props(const mq_bytes *in, uint8_t *out)
 {
 	uint32_t pos = 0, prev = 0, n = 0, num;
@@ -69,7 +71,7 @@ void msg_unref(msg *m)
 	if (m && atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) == 1) {
 		uint64_t smid = atomic_load_explicit(&m->smid, memory_order_relaxed);
 		if (smid) /* nobody can queue it for another session now */
-			persist_release(smid);
+			msg_stored_release(smid);
 		pool_free(m);
 	}
 }

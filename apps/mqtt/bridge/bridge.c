@@ -441,7 +441,7 @@ static char *remap(const char *t, size_t n, const char *from, const char *to, ui
 	return r;
 }
 
-void bridge_in_topic(conn *c, const uint8_t **topic, uint16_t *tlen, char **mapped)
+static void bridge_in_topic(conn *c, const uint8_t **topic, uint16_t *tlen, char **mapped)
 {
 	bridge *b = c->bridge;
 	atomic_fetch_add_explicit(&b->msgs_in, 1, memory_order_relaxed);
@@ -463,7 +463,13 @@ void bridge_in_topic(conn *c, const uint8_t **topic, uint16_t *tlen, char **mapp
 	}
 }
 
-int bridge_out_topic(conn *c, const msg *m, const char **topic, uint16_t *tlen, char **mapped,
+static bool bridge_in_topic_ok(conn *c, const uint8_t **topic, uint16_t *tlen, char **mapped)
+{
+	bridge_in_topic(c, topic, tlen, mapped);
+	return true;
+}
+
+static int bridge_out_topic(conn *c, const msg *m, const char **topic, uint16_t *tlen, char **mapped,
 		     int *retain)
 {
 	bridge *b = c->bridge;
@@ -491,7 +497,7 @@ int bridge_out_topic(conn *c, const msg *m, const char **topic, uint16_t *tlen, 
 
 /* ---- packets a server sends ----------------------------------------------------------------- */
 
-int bridge_packet(conn *c, const mq_packet *pk)
+static int bridge_packet(conn *c, const mq_packet *pk)
 {
 	switch (pk->type) {
 	case MQ_PUBLISH:
@@ -500,7 +506,7 @@ int bridge_packet(conn *c, const mq_packet *pk)
 	case MQ_PUBREL:
 	case MQ_PUBCOMP:
 	case MQ_DISCONNECT:
-		return BRIDGE_PASS;
+		return CONN_PASS;
 	case MQ_SUBACK: {
 		/* a refused filter (0x80 and up) is logged: the bridge goes on without it */
 		for (uint32_t i = 0; i < pk->sub.list.len; i++)
@@ -520,14 +526,14 @@ int bridge_packet(conn *c, const mq_packet *pk)
 
 /* ---- keep-alive ----------------------------------------------------------------------------- */
 
-int64_t bridge_ping_deadline(conn *c, int64_t last)
+static int64_t bridge_ping_deadline(conn *c, int64_t last)
 {
 	bridge *b = c->bridge;
 	int64_t ka = (int64_t)c->keep_alive * 1000000000;
 	return (b->ping_at > last ? b->ping_at : last) + ka;
 }
 
-int bridge_ping(conn *c, int64_t last)
+static int bridge_ping(conn *c, int64_t last)
 {
 	bridge *b = c->bridge;
 	if (b->ping_at > last)
@@ -599,7 +605,7 @@ static size_t enc_notification(bridge *b, uint8_t *out, size_t cap, char state)
 	return mq_enc_publish(out, &e);
 }
 
-size_t bridge_goodbye(conn *c, uint8_t *out, size_t cap)
+static size_t bridge_goodbye(conn *c, uint8_t *out, size_t cap)
 {
 	bridge *b = c->bridge;
 	size_t n = 0;
@@ -609,6 +615,27 @@ size_t bridge_goodbye(conn *c, uint8_t *out, size_t cap)
 		n += mq_enc_disconnect(out + n, b->version, 0, NULL);
 	return n;
 }
+
+/* A bridge's connection as conn.c's read loop sees it (conn_role): the remote is a server, so
+ * no max_publish_rate and no ACL on what it sends (its topics are mapped instead), its
+ * SUBACK/UNSUBACK/PINGRESP handled here, keep-alive by pinging it, and a goodbye at shutdown. */
+static const conn_role bridge_role = {
+	.publish_rate = false,
+	.on_packet = bridge_packet,
+	.in_topic = bridge_in_topic_ok,
+	.keepalive_deadline = bridge_ping_deadline,
+	.keepalive_expired = bridge_ping,
+	.goodbye = bridge_goodbye,
+};
+
+/* ... and as route/ sees it (peer_ops): a connection like a client's whose outgoing topics are
+ * mapped to the remote's terms. */
+static const peer_ops bridge_peer = {
+	.write = conn_write,
+	.frame = conn_frame,
+	.kick = conn_kick,
+	.out_topic = bridge_out_topic,
+};
 
 /* ---- the bridge's task ---------------------------------------------------------------------- */
 
@@ -711,7 +738,8 @@ static void run(bridge *b, int fd, tls_conn *t, const mq_packet *ack)
 	int max_qos = v5 && MQ_HAS(pr, MQ_P_MAX_QOS) ? pr->max_qos : 2;
 	bool no_retain = v5 && MQ_HAS(pr, MQ_P_RETAIN_AVAILABLE) && !pr->retain_available;
 	atomic_store(&b->retain_ok, !no_retain);
-	conn *c = conn_open_bridge(fd, t, b, b->version, (uint16_t)ka);
+	conn *c = conn_open_bridge(fd, t, b, b->version, (uint16_t)ka, &bridge_peer,
+				   &bridge_role);
 	if (!c) {
 		tls_free(t);
 		weft_close(fd);

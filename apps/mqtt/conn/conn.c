@@ -18,11 +18,12 @@
  * gets a DISCONNECT with the reason first. The task then detaches from its session (which
  * publishes or schedules the will unless the client said goodbye properly) and closes.
  *
- * Bridges. A bridge to another broker (bridge.c) is a conn too, with c->bridge set and the
- * roles reversed: bridge.c connects and reads the CONNACK, then runs this loop in its own task
- * (conn_run). The packets are the same both ways; the hooks are the topic mapping of incoming
- * PUBLISHes (no ACL), the acknowledgements a server sends, pinging as a client, and the
- * goodbye when the broker stops.
+ * Bridges. A bridge to another broker (bridge.c) is a conn too, with the roles reversed:
+ * bridge.c connects and reads the CONNACK, then runs this loop in its own task (conn_run).
+ * The packets are the same both ways; where they differ the loop asks c->role (conn_role,
+ * broker.h: a client's is here, a bridge's in bridge.c): the topic of incoming PUBLISHes
+ * (ACL, or mapping), the acknowledgements a server sends, keep-alive (a deadline, or pinging
+ * as a client), and the goodbye when the broker stops.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -36,7 +37,6 @@
 
 #include "acl.h"
 #include "auth.h"
-#include "bridge.h"
 #include "broker.h"
 #include "tls.h"
 #include "ws.h"
@@ -54,27 +54,6 @@
 static weft_mutex list_lock = WEFT_MUTEX_INIT;
 static conn *all;
 static long nconns;
-
-void *route_grow(route_buf *b, size_t elem, uint32_t need)
-{
-	if (need > b->cap) {
-		uint32_t cap = b->cap ? b->cap * 2 : 16;
-		while (cap < need)
-			cap *= 2;
-		void *v = realloc(b->v, (size_t)cap * elem);
-		if (!v)
-			abort();
-		b->v = v;
-		b->cap = cap;
-	}
-	return b->v;
-}
-
-void conn_mark_dirty(conn *c, session *s)
-{
-	session **v = route_grow(&c->dirty, sizeof(session *), c->dirty.n + 1);
-	v[c->dirty.n++] = s;
-}
 
 long conns_count(void)
 {
@@ -291,10 +270,14 @@ static int on_connect(conn *c, mq_packet *pk, size_t held)
 	return 0;
 }
 
-static bool may_write(session *s, const uint8_t *topic, uint16_t tlen)
+/* A client's PUBLISH: not to the broker's own $SYS topics, and as its ACL allows. */
+static bool client_in_topic(conn *c, const uint8_t **topic, uint16_t *tlen, char **mapped)
 {
-	acl_client *a = access_binding(s);
-	return !a || acl_check(a, (const char *)topic, tlen, ACL_WRITE);
+	(void)mapped;
+	if (*tlen >= 4 && !memcmp(*topic, "$SYS", 4))
+		return false;
+	acl_client *a = access_binding(c->s);
+	return !a || acl_check(a, (const char *)*topic, *tlen, ACL_WRITE);
 }
 
 /* max_publish_rate, a GCRA cell per connection: each PUBLISH moves pub_tat (when the client's
@@ -309,7 +292,7 @@ static void publish_debt(conn *c)
  * Not once the client has closed its end (throttle): what is left is finite. */
 static bool over_rate(conn *c)
 {
-	return conf.pub_rate > 0 && !c->bridge && !c->peer_gone &&
+	return conf.pub_rate > 0 && c->role->publish_rate && !c->peer_gone &&
 	       c->pub_tat - weft_now() > (int64_t)conf.pub_burst * (int64_t)(1e9 / conf.pub_rate);
 }
 
@@ -358,7 +341,7 @@ static size_t read_size(conn *c, size_t room)
 static int on_publish(conn *c, mq_packet *pk)
 {
 	session *s = c->s;
-	if (conf.pub_rate > 0 && !c->bridge)
+	if (conf.pub_rate > 0 && c->role->publish_rate)
 		publish_debt(c);
 	const uint8_t *topic = pk->publish.topic.p;
 	uint16_t tlen = (uint16_t)pk->publish.topic.len;
@@ -406,10 +389,7 @@ static int on_publish(conn *c, mq_packet *pk)
 		return 0;
 	}
 	char *mapped = NULL; /* a bridge's remote topic in local terms; no ACL for a bridge */
-	if (c->bridge)
-		bridge_in_topic(c, &topic, &tlen, &mapped);
-	else if ((tlen >= 4 && !memcmp(topic, "$SYS", 4)) || /* the broker's own */
-		 !may_write(s, topic, tlen)) {
+	if (!c->role->in_topic(c, &topic, &tlen, &mapped)) {
 		stats_add(ST_PUB_DROPPED, 1);
 		if (qos)
 			ack_pub(c, ack, pk->packet_id, c->version == 5 ? MQ_RC_NOT_AUTHORIZED : 0);
@@ -450,6 +430,35 @@ static int on_publish(conn *c, mq_packet *pk)
 	return 0;
 }
 
+/* A client's keep-alive: one and a half times its interval without a packet ends it
+ * [MQTT-3.1.2-24]. */
+static int64_t client_keepalive_deadline(conn *c, int64_t last)
+{
+	return last + (int64_t)c->keep_alive * 1500000000LL;
+}
+
+static int client_keepalive_expired(conn *c, int64_t last)
+{
+	(void)c, (void)last;
+	return -1;
+}
+
+const conn_role conn_client_role = {
+	.publish_rate = true,
+	.on_packet = NULL,
+	.in_topic = client_in_topic,
+	.keepalive_deadline = client_keepalive_deadline,
+	.keepalive_expired = client_keepalive_expired,
+	.goodbye = NULL,
+};
+
+const peer_ops conn_client_peer = {
+	.write = conn_write,
+	.frame = conn_frame,
+	.kick = conn_kick,
+	.out_topic = NULL,
+};
+
 /* Returns 0 to go on, 1 for a client's DISCONNECT, or a negative reason code. */
 /* Handle the packet p[0..n), in a read buffer of held bytes. */
 static int handle(conn *c, const uint8_t *p, size_t n, size_t held, bool *will)
@@ -471,7 +480,7 @@ static int handle(conn *c, const uint8_t *p, size_t n, size_t held, bool *will)
 	}
 	if (r < 0)
 		return r;
-	if (c->bridge && (r = bridge_packet(c, &pk)) != BRIDGE_PASS)
+	if (c->role->on_packet && (r = c->role->on_packet(c, &pk)) != CONN_PASS)
 		return r;
 	switch (pk.type) {
 	case MQ_CONNECT:
@@ -641,10 +650,8 @@ static void serve(void *arg)
 		int64_t dl = WEFT_FOREVER;
 		if (!c->connected)
 			dl = start + CONNECT_TIMEOUT_S * 1000000000LL;
-		else if (c->keep_alive && c->bridge) /* we are the client: we ping */
-			dl = bridge_ping_deadline(c, last);
 		else if (c->keep_alive)
-			dl = last + (int64_t)c->keep_alive * 1500000000LL;
+			dl = c->role->keepalive_deadline(c, last);
 		else if (b.len)
 			dl = last + PARTIAL_TIMEOUT_S * 1000000000LL;
 		if (!b.buf || b.len == 0) {
@@ -653,7 +660,7 @@ static void serve(void *arg)
 				b.buf = NULL;
 			}
 			int w = c->tls ? tls_wait_readable(c->tls, dl) : weft_fd_wait(c->fd, EPOLLIN, dl);
-			if (w == -ETIMEDOUT && c->bridge && c->keep_alive && bridge_ping(c, last) == 0)
+			if (w == -ETIMEDOUT && c->keep_alive && c->role->keepalive_expired(c, last) == 0)
 				continue;
 			if (w == -ETIMEDOUT) {
 				rc = c->connected ? MQ_RC_KEEP_ALIVE_TIMEOUT : 0;
@@ -751,11 +758,11 @@ static void conn_end(conn *c, int rc, bool will)
 			/* a bridge stopped by the broker says goodbye to its remote as a client does */
 			uint8_t dd[8], *d = dd;
 			size_t n = 0;
-			if (c->bridge && kick == MQ_RC_SERVER_SHUTTING_DOWN) {
+			if (c->role->goodbye && kick == MQ_RC_SERVER_SHUTTING_DOWN) {
 				d = malloc(65536 + 64);
 				if (!d)
 					abort();
-				n = bridge_goodbye(c, d, 65536 + 64);
+				n = c->role->goodbye(c, d, 65536 + 64);
 			} else if (c->version == 5 && rc && rc != 1) {
 				n = mq_enc_disconnect(d, 5, rc, NULL);
 			}
@@ -853,11 +860,14 @@ static void conn_register(conn *c, int fd)
 	}
 }
 
-conn *conn_open_bridge(int fd, tls_conn *t, struct bridge *b, int version, uint16_t keep_alive)
+conn *conn_open_bridge(int fd, tls_conn *t, struct bridge *b, int version, uint16_t keep_alive,
+		       const peer_ops *peer, const conn_role *role)
 {
 	conn *c = calloc(1, sizeof *c);
 	if (!c)
 		return NULL;
+	c->peer = peer;
+	c->role = role;
 	conn_register(c, fd);
 	c->tls = t;
 	c->bridge = b;
@@ -885,6 +895,8 @@ void conn_serve(int fd, int protocol, tls_ctx *tls)
 		weft_close(fd);
 		return;
 	}
+	c->peer = &conn_client_peer;
+	c->role = &conn_client_role;
 	if (tls && !(c->tls = tls_conn_new(tls, fd))) {
 		free(c);
 		weft_close(fd);

@@ -28,23 +28,6 @@
 
 /* ---- subscriptions kept by the session ------------------------------------------------------ */
 
-void subrec_add(session *s, const uint8_t *f, uint16_t len)
-{
-	WEFT_WITH_LOCK(&s->lock) {
-		for (subrec *r = s->subs; r; r = r->next)
-			if (r->len == len && !memcmp(r->filter, f, len))
-				goto out;
-		subrec *r = malloc(sizeof *r + len);
-		if (!r)
-			abort();
-		r->len = len;
-		memcpy(r->filter, f, len);
-		r->next = s->subs;
-		s->subs = r;
-	out:;
-	}
-}
-
 static bool subrec_has(session *s, const uint8_t *f, uint16_t len)
 {
 	bool found = false;

@@ -28,7 +28,7 @@
  *
  * A message routed to many persistent sessions is stored once: the msg keeps its store id in
  * m->smid, set by the first store_enqueue, and the others refer to it. The store keeps the
- * message pinned until the msg's last reference goes (msg_unref calls persist_release), since
+ * message pinned until the msg's last reference goes (msg_unref calls persist_release, through the hook msg_stored_release that persist_open installs), since
  * until then another session may still be given it (the routing is not finished, or it is a
  * retained message sent on subscribe).
  *
@@ -55,44 +55,6 @@
 #include "broker.h"
 
 bool persist_on;
-
-/* ---- acknowledgements held until durable (conn.c's PUBLISH and PUBREL) ----------------- */
-
-static void send_ack(conn *c, int type, uint16_t pid, int rc)
-{
-	uint8_t b[8];
-	session_send(c->s, b, mq_enc_ack(b, c->version, type, pid, rc, NULL), c);
-}
-
-/* A PUBLISH's acknowledgement. With persistence on it waits in c->acks for the end of the
- * batch, when what the batch wrote to the store is durable; in order, since MQTT wants
- * PUBACKs in the order of their PUBLISHes. */
-typedef struct held_ack {
-	uint8_t type, rc;
-	uint16_t pid;
-} held_ack;
-
-void ack_pub(conn *c, int type, uint16_t pid, int rc)
-{
-	if (!persist_on) {
-		send_ack(c, type, pid, rc);
-		return;
-	}
-	held_ack *v = route_grow(&c->acks, sizeof *v, c->acks.n + 1);
-	v[c->acks.n++] = (held_ack){ (uint8_t)type, (uint8_t)rc, pid };
-}
-
-/* End of a batch with persistence on: wait for the store, then acknowledge. -1 when the
- * store failed: nothing is acknowledged (the client will send the messages again). */
-int acks_release(conn *c)
-{
-	int r = persist_wait(c);
-	held_ack *v = c->acks.v;
-	for (uint32_t i = 0; r == 0 && i < c->acks.n; i++)
-		send_ack(c, v[i].type, v[i].pid, v[i].rc);
-	c->acks.n = 0;
-	return r < 0 ? -1 : 0;
-}
 
 #ifndef MQTT_NO_STORE
 #include "store.h"
@@ -122,13 +84,13 @@ static int64_t to_unix(int64_t mono)
 	return (real_ns() + (left > 0 ? left : 0) + 999999999) / 1000000000;
 }
 
-static int64_t from_unix(int64_t unix_s)
+int64_t persist_mono_from_unix(int64_t unix_s)
 {
 	int64_t left = unix_s * 1000000000 - real_ns();
 	return weft_now() + (left > 0 ? left : 0);
 }
 
-static uint32_t left_s(int64_t unix_s)
+uint32_t persist_seconds_left(int64_t unix_s)
 {
 	if (!unix_s)
 		return 0;
@@ -151,13 +113,6 @@ static void to_store(const msg *m, store_msg *o)
 			  m->payload, m->payload_len, expiry_unix(m->expiry) };
 }
 
-static msg *from_store(const store_msg *m)
-{
-	mq_bytes props = { m->props, m->props_len };
-	return msg_new(m->topic, m->topic_len, &props, m->payload, m->payload_len, m->qos,
-		       m->retain, left_s(m->expiry));
-}
-
 /* Note write t for the batch of `by` (NULL: nobody waits for it); t as given. */
 static int64_t ticket(conn *by, int64_t t)
 {
@@ -173,124 +128,10 @@ static int64_t ticket(conn *by, int64_t t)
 	return t;
 }
 
-/* ---- start-up ------------------------------------------------------------------------------- */
+/* The hook msg.c calls when a stored message's last reference goes. */
+static void persist_release(uint64_t smid);
 
-static void ld_session(void *arg, const store_session *ss)
-{
-	(void)arg;
-	int64_t expire_at = 0;
-	if (ss->expiry_interval != UINT32_MAX) {
-		int64_t since = ss->disconnected_at ? (int64_t)time(NULL) - ss->disconnected_at : 0;
-		int64_t left = (int64_t)ss->expiry_interval - (since > 0 ? since : 0);
-		expire_at = weft_now() + (left > 0 ? left : 0) * 1000000000 + 1;
-	}
-	session_restore(ss->id, ss->id_len, ss->version, ss->expiry_interval, expire_at, ss->owner,
-			ss->owner_len, ss->owner_known);
-}
-
-static void ld_sub(void *arg, const char *id, uint16_t id_len, const char *f, uint16_t flen,
-		   uint8_t opts, uint32_t subid)
-{
-	(void)arg;
-	session *s = session_find(id, id_len);
-	if (!s)
-		return;
-	topic_subscribe(s, f, flen, opts, subid);
-	subrec_add(s, (const uint8_t *)f, flen);
-}
-
-/* Messages read back so far, by store id: a message queued for many sessions is one row, and
- * becomes one msg again (open addressing; only during store_load). */
-typedef struct loaded {
-	uint64_t *mid;
-	msg **m;
-	size_t n, cap; /* cap: a power of two, or 0 */
-} loaded;
-
-static msg *loaded_get(loaded *l, const store_msg *sm, uint64_t mid)
-{
-	if (2 * (l->n + 1) > l->cap) {
-		loaded b = { NULL, NULL, 0, l->cap ? 2 * l->cap : 1024 };
-		b.mid = calloc(b.cap, sizeof *b.mid);
-		b.m = calloc(b.cap, sizeof *b.m);
-		if (!b.mid || !b.m)
-			abort();
-		for (size_t i = 0; i < l->cap; i++)
-			if (l->m[i]) {
-				size_t j = l->mid[i] & (b.cap - 1);
-				while (b.m[j])
-					j = (j + 1) & (b.cap - 1);
-				b.mid[j] = l->mid[i], b.m[j] = l->m[i];
-			}
-		b.n = l->n;
-		free(l->mid);
-		free(l->m);
-		*l = b;
-	}
-	size_t j = mid & (l->cap - 1);
-	for (; l->m[j]; j = (j + 1) & (l->cap - 1))
-		if (l->mid[j] == mid)
-			return msg_ref(l->m[j]);
-	l->mid[j] = mid;
-	l->m[j] = from_store(sm);
-	l->n++;
-	return msg_ref(l->m[j]);
-}
-
-static void loaded_free(loaded *l)
-{
-	for (size_t i = 0; i < l->cap; i++)
-		msg_unref(l->m[i]);
-	free(l->mid);
-	free(l->m);
-}
-
-static void ld_queued(void *arg, const char *id, uint16_t id_len, const store_msg *sm,
-		      const store_dlv *sd)
-{
-	session *s = session_find(id, id_len);
-	if (!s)
-		return;
-	msg *m = loaded_get(arg, sm, sd->mid);
-	dlv d = { .m = m, .pid = sd->pid, .qos = sd->qos, .retain = sd->retain,
-		  .state = sd->state, .nsub = sd->nsubid, .mid = sd->row };
-	memcpy(d.subid, sd->subid, sizeof d.subid);
-	session_restore_dlv(s, &d);
-	msg_unref(m);
-}
-
-static void ld_will(void *arg, const char *id, uint16_t id_len, const store_msg *sm,
-		    uint32_t delay, int64_t at)
-{
-	(void)arg;
-	session *s = session_find(id, id_len);
-	if (!s)
-		return;
-	mq_bytes props = { sm->props, sm->props_len };
-	msg *m = msg_new(sm->topic, sm->topic_len, &props, sm->payload, sm->payload_len, sm->qos,
-			 sm->retain, 0);
-	/* up at the crash: it ended now, as far as anyone can tell */
-	session_restore_will(s, m, delay, (uint32_t)sm->expiry,
-			     at ? from_unix(at) : weft_now() + (int64_t)delay * 1000000000);
-}
-
-static void ld_rel(void *arg, const char *id, uint16_t id_len, uint16_t pid)
-{
-	(void)arg;
-	session *s = session_find(id, id_len);
-	if (s)
-		session_rel_add(s, pid, 65535);
-}
-
-static void ld_retained(void *arg, const store_msg *sm)
-{
-	(void)arg;
-	msg *m = from_store(sm);
-	topic_retain(m);
-	msg_unref(m);
-}
-
-int persist_open(void)
+int persist_open(const struct store_callbacks *cb, void *arg)
 {
 	if (!conf.persistence)
 		return 0;
@@ -305,25 +146,23 @@ int persist_open(void)
 		fprintf(stderr, "weft-mqtt: persistence: %s\n", err);
 		return -1;
 	}
-	store_callbacks cb = { ld_session, ld_sub, ld_queued, ld_rel, ld_will, ld_retained };
-	loaded msgs = { 0 };
-	int r = store_load(st, &cb, &msgs);
-	loaded_free(&msgs);
-	if (r < 0) {
+	msg_stored_release = persist_release;
+	if (store_load(st, cb, arg) < 0) {
 		fprintf(stderr, "weft-mqtt: persistence: %s\n", store_error(st));
 		store_close(st);
 		st = NULL;
 		return -1;
 	}
-	if (conf.verbose)
-		fprintf(stderr, "weft-mqtt: persistence: %ld sessions, %ld retained messages loaded\n",
-			sessions_count(), topic_retained_count());
-	persist_on = true;
-	sessions_reap(weft_now()); /* wills already due go out before any client is let in */
 	return 0;
 }
 
-void persist_close(void)
+void persist_start(void)
+{
+	if (st)
+		persist_on = true;
+}
+
+void persist_close(long open_conns)
 {
 	if (!st)
 		return;
@@ -331,7 +170,7 @@ void persist_close(void)
 	 * open under it, and the exit leaves the database as a crash would (everything
 	 * acknowledged is durable already). Rejected: closing it anyway, which freed the store
 	 * under those tasks. */
-	long left = conns_count();
+	long left = open_conns;
 	if (left) {
 		fprintf(stderr, "weft-mqtt: persistence: %ld connections did not end: the store is "
 				"left as it is\n", left);
@@ -425,7 +264,7 @@ int64_t persist_enqueue(session *s, dlv *d, conn *by)
 					&d->m->smid));
 }
 
-void persist_release(uint64_t smid)
+static void persist_release(uint64_t smid)
 {
 	if (persist_on)
 		ticket(NULL, store_release(st, smid));
@@ -480,11 +319,10 @@ bool persist_ok(void)
 /* The write that stored the id (a resend) or forgot it (a PUBREL for an id not known) was made
  * by an earlier batch, perhaps of an earlier connection of the session: every write made so
  * far covers it, whichever task made it. A session not stored keeps no id on disk. */
-void ack_earlier(conn *c, int type, uint16_t pid, int rc)
+void persist_cover_earlier(conn *c)
 {
 	if (persist_on && c->s->stored)
 		ticket(c, store_issued(st));
-	ack_pub(c, type, pid, rc);
 }
 
 bool persist_durable(int64_t t)
@@ -510,19 +348,22 @@ int persist_wait(conn *c)
 
 #else /* built without SQLite: persistence true stops the broker at start */
 
-int persist_open(void)
+int persist_open(const struct store_callbacks *cb, void *arg)
 {
+	(void)cb, (void)arg;
 	if (!conf.persistence)
 		return 0;
 	fprintf(stderr, "weft-mqtt: persistence needs a weft-mqtt built with SQLite\n");
 	return -1;
 }
 
-void persist_close(void) {}
+int64_t persist_mono_from_unix(int64_t unix_s) { return (void)unix_s, weft_now(); }
+uint32_t persist_seconds_left(int64_t unix_s) { return (void)unix_s, 0; }
+void persist_start(void) {}
+void persist_close(long open_conns) { (void)open_conns; }
 void persist_session(session *s, bool connected, conn *by) { (void)s, (void)connected, (void)by; }
 void persist_session_gone(session *s, conn *by) { (void)s, (void)by; }
 void persist_will_gone(session *s) { (void)s; }
-void persist_release(uint64_t smid) { (void)smid; }
 void persist_sub(session *s, const char *f, uint16_t len, uint8_t opts, uint32_t subid, conn *by)
 {
 	(void)s, (void)f, (void)len, (void)opts, (void)subid, (void)by;
@@ -536,7 +377,7 @@ int64_t persist_inflight(session *s, dlv *d) { return (void)s, (void)d, 0; }
 bool persist_group_begin(session *s) { return (void)s, false; }
 void persist_group_end(void) {}
 bool persist_ok(void) { return true; }
-void ack_earlier(conn *c, int type, uint16_t pid, int rc) { ack_pub(c, type, pid, rc); }
+void persist_cover_earlier(conn *c) { (void)c; }
 bool persist_durable(int64_t t) { return (void)t, true; }
 int persist_wait_ticket(int64_t t, int64_t deadline) { return (void)t, (void)deadline, 0; }
 void persist_ack(session *s, uint16_t pid) { (void)s, (void)pid; }

@@ -29,7 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bridge.h"
 #include "broker.h"
 
 /* ---- output --------------------------------------------------------------------------------- */
@@ -124,7 +123,7 @@ static int encode_pub(session *s, msg *m, int qos, uint16_t pid, int dup, int re
 	const char *topic = m->topic;
 	uint16_t tlen = m->topic_len;
 	char *mapped = NULL; /* a bridge's: the topic in the remote's terms */
-	if (c->bridge && bridge_out_topic(c, m, &topic, &tlen, &mapped, &retain) < 0)
+	if (c->peer->out_topic && c->peer->out_topic(c, m, &topic, &tlen, &mapped, &retain) < 0)
 		return -1;
 	mq_pub_enc e = { s->version, qos, dup, retain, pid, topic, tlen, NULL, 0,
 			 m->payload, m->payload_len, NULL, 0 };
@@ -153,7 +152,9 @@ static int encode_pub(session *s, msg *m, int qos, uint16_t pid, int dup, int re
 		}
 	}
 	size_t n = mq_enc_publish_len(&e);
-	if (c->bridge && s->max_packet && n > s->max_packet) { /* bridge_max_packet_size */
+	/* below 5.0 only a bridge's session has a maximum (bridge_max_packet_size); at 5.0 it
+	 * was checked above */
+	if (s->version < 5 && s->max_packet && n > s->max_packet) {
 		free(mapped);
 		return -1;
 	}

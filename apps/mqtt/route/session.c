@@ -263,7 +263,7 @@ session *session_attach(conn *c, const char *id, uint16_t n, bool clean, bool *p
 				WEFT_WITH_LOCK(&s->lock) {
 					busy = s->conn;
 					if (busy && tries == 0) /* under the lock: busy cannot close */
-						conn_kick(busy, MQ_RC_SESSION_TAKEN_OVER);
+						busy->peer->kick(busy, MQ_RC_SESSION_TAKEN_OVER);
 				}
 			if (!busy && s && clean) {
 				unlink_locked(s);
@@ -491,3 +491,21 @@ void sessions_free_all(void)
 	nsessions = 0;
 }
 
+/* ---- the subscriptions a session keeps (to remove them all when it ends) ----------------- */
+
+void subrec_add(session *s, const uint8_t *f, uint16_t len)
+{
+	WEFT_WITH_LOCK(&s->lock) {
+		for (subrec *r = s->subs; r; r = r->next)
+			if (r->len == len && !memcmp(r->filter, f, len))
+				goto out;
+		subrec *r = malloc(sizeof *r + len);
+		if (!r)
+			abort();
+		r->len = len;
+		memcpy(r->filter, f, len);
+		r->next = s->subs;
+		s->subs = r;
+	out:;
+	}
+}

@@ -270,7 +270,7 @@ static int retained_main(void *arg)
 {
 	(void)arg;
 	setup();
-	conn c = { 0 };
+	conn c = { .peer = &conn_client_peer, .role = &conn_client_role };
 	session *s = mk_online(&c);
 	pub("r/a", 1, 1, "one", NULL);
 	pub("r/a", 2, 1, "two", NULL); /* replaces */
@@ -321,7 +321,7 @@ static int deep_main(void *arg)
 {
 	(void)arg;
 	setup();
-	conn c = { 0 };
+	conn c = { .peer = &conn_client_peer, .role = &conn_client_role };
 	session *s = mk_online(&c);
 	size_t n = 40000;
 	char *t = malloc(n + 1);
@@ -742,7 +742,9 @@ static int backlog_qos0_main(void *arg)
 {
 	(void)arg;
 	setup();
-	conn c = { 0 }, by = { 0 }; /* by: the publisher, whose flushes wait for its batch's end */
+	/* by: the publisher, whose flushes wait for its batch's end */
+	conn c = { .peer = &conn_client_peer, .role = &conn_client_role },
+	     by = { .peer = &conn_client_peer, .role = &conn_client_role };
 	session *s = mk_online(&c);
 	static char big[OT_SIZE + 1];
 	memset(big, 'r', OT_SIZE);
@@ -819,7 +821,8 @@ static int backlog_qos1_main(void *arg)
 	(void)arg;
 	setup();
 	conf.max_queued_messages = 50;
-	conn c = { 0 }, by = { 0 };
+	conn c = { .peer = &conn_client_peer, .role = &conn_client_role },
+	     by = { .peer = &conn_client_peer, .role = &conn_client_role };
 	session *s = mk_online(&c);
 	char t[16], payload[101];
 	memset(payload, 'r', 100);

@@ -38,9 +38,9 @@ void session_flush(session *s)
 		int64_t need;
 		uint8_t *buf = session_take_out(s, &len, &need);
 		weft_mutex_unlock(&s->lock);
-		buf = conn_frame(c, buf, &len);
+		buf = c->peer->frame(c, buf, &len);
 		/* QoS 2 state not yet durable (out_after): the writer task waits for it, not us */
-		ssize_t n = persist_durable(need) ? conn_write(c, buf, len, 0) : 0;
+		ssize_t n = persist_durable(need) ? c->peer->write(c, buf, len, 0) : 0;
 		weft_mutex_lock(&s->lock);
 		if (n == (ssize_t)len) {
 			stats_add(ST_BYTES_SENT, len);
@@ -93,7 +93,7 @@ static void writer(void *arg)
 		size_t left = c->wlen - c->woff;
 		ssize_t n = left ? -EIO : 0;
 		if (left && persist_wait_ticket(c->wneed, WEFT_FOREVER) == 0)
-			n = conn_write(c, c->wbuf + c->woff, left, WEFT_FOREVER);
+			n = c->peer->write(c, c->wbuf + c->woff, left, WEFT_FOREVER);
 		if (n > 0)
 			stats_add(ST_BYTES_SENT, (uint64_t)n);
 		pool_free(c->wbuf);
@@ -114,7 +114,7 @@ static void writer(void *arg)
 				size_t len;
 				uint8_t *buf = session_take_out(s, &len, &c->wneed);
 				weft_mutex_unlock(&s->lock);
-				c->wbuf = conn_frame(c, buf, &len);
+				c->wbuf = c->peer->frame(c, buf, &len);
 				c->wlen = len;
 				c->woff = 0;
 				if (more) /* a long backlog: the worker's other tasks get a turn */
