@@ -313,6 +313,9 @@ void session_restore_will(session *s, msg *will, uint32_t delay, uint32_t expiry
 session *session_find(const char *id, uint16_t n);
 /* Note a subscription in s's list (session.c; the SUBSCRIBE handler and restore.c call it). */
 void subrec_add(session *s, const uint8_t *f, uint16_t len);
+/* Whether s's list has the filter; take it out (and end a retained backlog pending for it). */
+bool subrec_has(session *s, const uint8_t *f, uint16_t len);
+void subrec_del(session *s, const uint8_t *f, uint16_t len);
 /* Publish the delayed wills and end the offline sessions whose time has come. */
 void sessions_reap(int64_t now);
 /* deadline.c: the offline sessions that have a deadline, earliest first. deadline_set (under
@@ -627,10 +630,6 @@ void conn_refuse(conn *c, int version, int rc5, int rc3);
  * password's turn (pace.c) while keeping `held` bytes: 0, or -1 once refused (CONNACK sent)
  * or kicked (login.c). Sets c->user and c->user_proven. */
 int conn_login(conn *c, const mq_packet *pk, long held);
-/* The SUBSCRIBE and UNSUBSCRIBE packets of c's client (subscribe.c): 0, or a negative reason
- * code to disconnect with. */
-int subscribe_packet(conn *c, mq_packet *pk);
-int unsubscribe_packet(conn *c, mq_packet *pk);
 
 /* ---- statistics (stats.c) ------------------------------------------------------------------ */
 

@@ -20,10 +20,12 @@ MQTT_SRC := $(addprefix apps/mqtt/,wire/codec.c wire/encode.c \
 	access/access.c access/acl.c access/pace.c \
 	persist/persist.c \
 	route/topic.c route/retained.c route/session.c route/delivery.c route/deadline.c route/writer.c \
-	conn/conn.c conn/acks.c conn/login.c conn/kick.c conn/subscribe.c \
+	conn/conn.c conn/loop.c conn/output.c conn/handle_connect.c conn/login.c conn/handle_publish.c \
+	conn/acks.c conn/handle_ack.c conn/handle_subscribe.c conn/handle_unsubscribe.c \
+	conn/handle_ping.c conn/handle_disconnect.c conn/kick.c \
 	bridge/bridge.c \
 	config.c metrics.c sys.c restore.c)
-MQTT_HDR := $(addprefix apps/mqtt/,broker.h wire/codec.h access/acl.h access/auth.h conn/ws.h \
+MQTT_HDR := $(addprefix apps/mqtt/,broker.h conn/conn.h wire/codec.h access/acl.h access/auth.h conn/ws.h \
 	conn/tls.h persist/store.h persist/store_queue.h bridge/bridge.h base/ratelimit.h \
 	base/textfile.h) include/weft.h
 MQTT_LIBS :=

@@ -509,3 +509,26 @@ void subrec_add(session *s, const uint8_t *f, uint16_t len)
 	out:;
 	}
 }
+
+bool subrec_has(session *s, const uint8_t *f, uint16_t len)
+{
+	bool found = false;
+	WEFT_WITH_LOCK(&s->lock)
+		for (subrec *r = s->subs; r && !found; r = r->next)
+			found = r->len == len && !memcmp(r->filter, f, len);
+	return found;
+}
+
+void subrec_del(session *s, const uint8_t *f, uint16_t len)
+{
+	WEFT_WITH_LOCK(&s->lock) {
+		for (subrec **pp = &s->subs; *pp; pp = &(*pp)->next)
+			if ((*pp)->len == len && !memcmp((*pp)->filter, f, len)) {
+				subrec *r = *pp;
+				*pp = r->next;
+				free(r);
+				retained_forget(s, (const char *)f, len);
+				break;
+			}
+	}
+}

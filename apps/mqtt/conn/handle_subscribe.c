@@ -1,6 +1,8 @@
 /*
- * subscribe.c - the SUBSCRIBE and UNSUBSCRIBE packets, and the list of subscriptions a session
- * keeps (to remove them all when it ends).
+ * handle_subscribe.c - a SUBSCRIBE: each filter checked (syntax, ACL, the retained backlog's
+ * budget), subscribed in the topic tree and noted in the session's list (session.c), stored
+ * for a persistent session, answered with a SUBACK once durable, and followed by the retained
+ * messages it asks for.
  *
  * A SUBSCRIBE that sends retained messages (retain handling 0, or 1 for a subscription that
  * did not exist; always in 3.1.1) must send every one its filter matches [MQTT-3.3.1-6]
@@ -25,33 +27,7 @@
 
 #include "acl.h"
 #include "broker.h"
-
-/* ---- subscriptions kept by the session ------------------------------------------------------ */
-
-static bool subrec_has(session *s, const uint8_t *f, uint16_t len)
-{
-	bool found = false;
-	WEFT_WITH_LOCK(&s->lock)
-		for (subrec *r = s->subs; r && !found; r = r->next)
-			found = r->len == len && !memcmp(r->filter, f, len);
-	return found;
-}
-
-static void subrec_del(session *s, const uint8_t *f, uint16_t len)
-{
-	WEFT_WITH_LOCK(&s->lock) {
-		for (subrec **pp = &s->subs; *pp; pp = &(*pp)->next)
-			if ((*pp)->len == len && !memcmp((*pp)->filter, f, len)) {
-				subrec *r = *pp;
-				*pp = r->next;
-				free(r);
-				retained_forget(s, (const char *)f, len);
-				break;
-			}
-	}
-}
-
-/* ---- the packets ---------------------------------------------------------------------------- */
+#include "conn.h"
 
 /* What became of one filter of a SUBSCRIBE. */
 typedef struct subans {
@@ -68,7 +44,7 @@ static void unreserve_all(session *s, subans *a, uint32_t n)
 			retained_unreserve(s, a[i].reserved);
 }
 
-int subscribe_packet(conn *c, mq_packet *pk)
+int handle_subscribe(conn *c, mq_packet *pk)
 {
 	session *s = c->s;
 	uint32_t n = 0, pos = 0;
@@ -151,36 +127,3 @@ int subscribe_packet(conn *c, mq_packet *pk)
 	free(codes);
 	return 0;
 }
-
-int unsubscribe_packet(conn *c, mq_packet *pk)
-{
-	uint32_t pos = 0, n = 0;
-	mq_bytes f;
-	while (mq_sub_next(pk, &pos, &f, NULL))
-		n++;
-	uint8_t *codes = malloc(n + 16), *out = malloc(n + 16);
-	if (!codes || !out)
-		abort();
-	pos = n = 0;
-	while (mq_sub_next(pk, &pos, &f, NULL)) {
-		/* a filter nobody could have subscribed: 5.0 says so; 3.1.1 has no code for it,
-		 * and there is nothing to unsubscribe */
-		if (mq_topic_filter_check(f.p, f.len) < 0) {
-			codes[n++] = MQ_RC_TOPIC_FILTER_INVALID;
-			continue;
-		}
-		int found = topic_unsubscribe(c->s, (const char *)f.p, (uint16_t)f.len);
-		if (found) {
-			subrec_del(c->s, f.p, (uint16_t)f.len);
-			/* the UNSUBACK goes out with the batch's output, once this is durable */
-			persist_unsub(c->s, (const char *)f.p, (uint16_t)f.len, c);
-		}
-		codes[n++] = found ? 0 : MQ_RC_NO_SUBSCRIPTION_EXISTED;
-	}
-	size_t len = mq_enc_suback(out, c->version, MQ_UNSUBACK, pk->packet_id, codes, (int)n, NULL);
-	session_send(c->s, out, len, c);
-	free(codes);
-	free(out);
-	return 0;
-}
-
