@@ -116,4 +116,11 @@ TESTS += $(B)/tests/mqtt-bridge
 $(B)/tests/mqtt-bridge: apps/mqtt/tests/bridge_test.sh $(B)/bin/weft-mqtt | $(B)/tests
 	cp $< $@
 	chmod +x $@
+
+# The layering of the broker's objects (layers.sh reads them with nm).
+TESTS += $(B)/tests/mqtt-layers
+
+$(B)/tests/mqtt-layers: apps/mqtt/tests/layers.sh $(MQTT_OBJ) | $(B)/tests
+	sed 's|@OBJS@|$(MQTT_OBJ:$(B)/obj/mqtt/%=%)|' $< > $@
+	chmod +x $@
 endif
