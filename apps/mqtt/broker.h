@@ -1,24 +1,28 @@
 /*
- * broker.h - the parts of weft-mqtt and how they meet (docs/weft-mqtt.md has the picture).
+ * broker.h - the parts of weft-mqtt and how they meet (docs/weft-mqtt.md, "Architecture" and
+ * "Folders"), in a section per file. The folders are layers, lowest first; a folder uses only
+ * the folders below it (apps/mqtt/tests/layers.sh checks it on the objects):
  *
- *   conn.c     one task per client connection: reads, decodes, runs the protocol
- *   session.c  what outlives a connection (subscriptions' owner, will, who owns it); the
- *              session table; attach, take-over, detach, expiry
- *   delivery.c how messages reach a session: output, packet ids, the inflight window, the
- *              queue, acknowledgements
- *   writer.c   writing a session's output to the socket in batches; the writer task
- *   topic.c    the subscription and retained-message tree, matched without a global lock
- *   retained.c the retained messages a SUBSCRIBE sends: a backlog drained as room frees,
- *              within a budget per client and in all
- *   subscribe.c SUBSCRIBE and UNSUBSCRIBE; the subscriptions a session keeps
- *   epoch.c    epoch-based reclamation, which makes that lock-free matching safe
- *   msg.c      reference-counted messages, decoded once and shared by every receiver
- *   pool.c     per-worker free lists, so the publish path takes no allocator lock
- *   stats.c    per-worker counters and the $SYS/broker/ topics
- *   config.c   options and mosquitto-syntax configuration files
- *   access.c   password_file and acl_file as the broker uses them (auth.c, acl.c do the work)
- *   persist.c  persistence: what goes to the store (store.c) and when acknowledgements wait
- *   bridge.c   bridges to other brokers: a conn whose peer is a server (bridge.h)
+ *   wire/    codec.c, encode.c: the protocol's bytes (codec.h), no broker state
+ *   base/    conf.c (the configuration's values), pool.c (per-worker free lists), msg.c
+ *            (reference-counted messages, decoded once), epoch.c (epoch-based reclamation, which
+ *            makes the lock-free matching safe), stats.c (counters), scratch.c (a batch's
+ *            growable arrays), ratelimit.c, textfile.c
+ *   access/  access.c: password_file and acl_file as the broker asks (auth.c, acl.c, pace.c)
+ *   persist/ persist.c: what goes to the store (store.c) and when acknowledgements wait
+ *   route/   topic.c (the subscription and retained tree, matched without a global lock),
+ *            retained.c (the retained messages a SUBSCRIBE sends), session.c (what outlives a
+ *            connection), delivery.c (how messages reach a session), writer.c (a session's
+ *            output to its socket), deadline.c (when offline sessions need the reaper)
+ *   conn/    one task per connection: conn.c, loop.c, handle_*.c (one per packet), login.c,
+ *            acks.c, output.c, kick.c, tls.c, ws.c (conn.h is theirs alone)
+ *   bridge/  bridges to other brokers: a conn whose role is a bridge's (bridge.h)
+ *   top      main.c, config.c (the parser), metrics.c, sys.c ($SYS), restore.c (the store
+ *            read back at start)
+ *
+ * Where a lower layer must reach a higher one, it calls through a table the higher one fills:
+ * peer_ops (route/ -> a session's connection), conn_role (conn/ -> a client's or a bridge's
+ * role), msg_stored_release (base/ -> persist/).
  */
 #ifndef WEFT_MQTT_BROKER_H
 #define WEFT_MQTT_BROKER_H
@@ -34,7 +38,7 @@
 
 #define WEFT_MQTT_VERSION "weft-mqtt 0.1.0"
 
-/* ---- configuration (config.c) -------------------------------------------------------------- */
+/* ---- configuration (base/conf.c; config.c parses) ------------------------------------------ */
 
 #define MAX_LISTENERS 8
 
@@ -144,28 +148,28 @@ bool msg_expired(const msg *m, int64_t now);
 
 /* ---- epoch-based reclamation (epoch.c) ----------------------------------------------------- */
 
-typedef struct ebr_reader {
+typedef struct epoch_reader {
 	_Atomic uint64_t epoch;      /* 0: outside a read section */
-	struct ebr_reader *next, *prev;
+	struct epoch_reader *next, *prev;
 	int registered;
-} ebr_reader;
+} epoch_reader;
 
-void ebr_register(ebr_reader *r);
-void ebr_unregister(ebr_reader *r);
-void ebr_enter(ebr_reader *r);
-void ebr_leave(ebr_reader *r);
+void epoch_register(epoch_reader *r);
+void epoch_unregister(epoch_reader *r);
+void epoch_enter(epoch_reader *r);
+void epoch_leave(epoch_reader *r);
 /* Free p with fn once no read section that could have seen it is still open. */
-void ebr_retire(void *p, void (*fn)(void *));
+void epoch_retire(void *p, void (*fn)(void *));
 /* Free what can be freed now (the reaper calls it; so does shutdown with force). */
-void ebr_collect(int force);
+void epoch_collect(int force);
 
 /* ---- sessions (session.c) ------------------------------------------------------------------ */
 
 struct conn;
 
 /* One message waiting for a client: queued, or inflight (sent, not yet acknowledged). */
-typedef struct dlv {
-	struct dlv *next;
+typedef struct delivery {
+	struct delivery *next;
 	msg *m;
 	uint16_t pid;
 	uint8_t qos, retain;
@@ -173,7 +177,7 @@ typedef struct dlv {
 	uint8_t nsub;
 	uint32_t subid[4];
 	uint64_t mid;              /* its delivery row in the store (persist.c), 0: not stored */
-} dlv;
+} delivery;
 
 /* A subscription a session holds (to remove them all when it ends). */
 typedef struct subrec {
@@ -211,9 +215,9 @@ typedef struct session {
 	/* outbound */
 	uint8_t *out;              /* encoded packets not yet written */
 	size_t out_len, out_cap;
-	dlv *inflight, *inflight_tail;
+	delivery *inflight, *inflight_tail;
 	uint32_t ninflight;
-	dlv *queue, *queue_tail;
+	delivery *queue, *queue_tail;
 	uint32_t nqueued;
 	uint64_t queued_bytes;     /* payload bytes of the queue (max_queued_bytes) */
 	uint16_t next_pid;
@@ -307,7 +311,7 @@ void session_resume(session *s, struct conn *by);
 session *session_restore(const char *id, uint16_t n, uint8_t version, uint32_t expiry_interval,
 			 int64_t expire_at, const char *owner, uint16_t owner_len,
 			 bool owner_known);
-void session_restore_dlv(session *s, const dlv *d);
+void session_restore_delivery(session *s, const delivery *d);
 /* At start, from the store: s's will, waiting to be published at `at` (weft_now clock). */
 void session_restore_will(session *s, msg *will, uint32_t delay, uint32_t expiry, int64_t at);
 session *session_find(const char *id, uint16_t n);
@@ -462,8 +466,8 @@ void persist_sub(session *s, const char *f, uint16_t len, uint8_t opts, uint32_t
 		 struct conn *by);
 void persist_unsub(session *s, const char *f, uint16_t len, struct conn *by);
 /* These two return the write's ticket (<= 0 when nothing was written, -1 when it failed). */
-int64_t persist_enqueue(session *s, dlv *d, struct conn *by);
-int64_t persist_inflight(session *s, dlv *d);
+int64_t persist_enqueue(session *s, delivery *d, struct conn *by);
+int64_t persist_inflight(session *s, delivery *d);
 void persist_ack(session *s, uint16_t pid);
 void persist_rel(session *s, uint16_t pid, bool add, struct conn *by);
 void persist_retained(const msg *m, struct conn *by);
@@ -500,12 +504,12 @@ typedef struct alias_ent {
 } alias_ent;
 
 /* Scratch space of a publishing task: match results, frontier, dirty sessions. */
-typedef struct route_buf {
+typedef struct scratch_buf {
 	void *v;
 	uint32_t n, cap;
-} route_buf;
+} scratch_buf;
 /* Room for `need` elements of `elem` bytes in b (scratch.c): b->v, grown if needed. */
-void *route_grow(route_buf *b, size_t elem, uint32_t need);
+void *scratch_grow(scratch_buf *b, size_t elem, uint32_t need);
 
 /* What route/ needs of whoever a session's output goes to (s->conn->peer). route/ sits below
  * the connections (conn/) and the bridges (bridge/) and reaches them only through this table:
@@ -524,7 +528,7 @@ typedef struct peer_ops {
 			 char **mapped, int *retain);
 } peer_ops;
 
-/* What conn.c's read loop asks of a connection's role: a client's (conn.c, conn_client_role)
+/* What conn/'s read loop asks of a connection's role: a client's (conn.c, conn_client_role)
  * or a bridge's (bridge.c: we are the client of a remote broker). conn/ sits below bridge/ and
  * calls it only through this table, instead of branching on "is it a bridge". */
 #define CONN_PASS 2
@@ -556,7 +560,7 @@ typedef struct conn {
 	bool closing;             /* being torn down: set by conn_end, under the session's lock */
 	bool connected;           /* CONNECT accepted */
 	session *s;
-	ebr_reader rd;
+	epoch_reader reader;
 	struct conn *next, *prev; /* every connection, for shutdown and $SYS */
 	weft_task *task;
 	uint16_t keep_alive;
@@ -568,7 +572,7 @@ typedef struct conn {
 	alias_ent *out_alias;
 	uint16_t out_alias_max, out_alias_n;
 	/* batching */
-	route_buf match, front, front2, dirty;
+	scratch_buf match, front, front_next, dirty;
 	uint64_t batch;
 	/* writer state when the socket pushed back */
 	uint8_t *wbuf;
@@ -585,7 +589,7 @@ typedef struct conn {
 	struct ws *ws;            /* a WebSockets listener's client: the framing (ws.c), or NULL */
 	struct tls_conn *tls;     /* a TLS listener's client (tls.c), or NULL */
 	int64_t ticket;           /* the store's ticket this batch waits for (-1: store failed) */
-	route_buf acks;           /* PUBACK/PUBRECs held until the batch is durable */
+	scratch_buf acks;           /* PUBACK/PUBRECs held until the batch is durable */
 	const char *tls_user;     /* the certificate's CN under use_identity_as_username */
 	struct bridge *bridge;    /* a bridge's connection to its remote broker (bridge.c), or NULL */
 	bool peer_bridge;         /* the client is another broker's 3.1.1 bridge (level 0x84) */
@@ -614,7 +618,7 @@ uint8_t *conn_frame(conn *c, uint8_t *buf, size_t *len);
 /* Note s as needing a flush at the end of c's current batch. */
 static inline void conn_mark_dirty(conn *c, session *s)
 {
-	session **v = route_grow(&c->dirty, sizeof(session *), c->dirty.n + 1);
+	session **v = scratch_grow(&c->dirty, sizeof(session *), c->dirty.n + 1);
 	v[c->dirty.n++] = s;
 }
 void conns_shutdown(void);

@@ -72,7 +72,7 @@ static void reaper(void *arg)
 		if (weft_sleep_until(weft_now() + 200000000) < 0)
 			return;
 		sessions_reap(weft_now());
-		ebr_collect(0);
+		epoch_collect(0);
 		pool_trim(weft_now());
 	}
 }
@@ -173,9 +173,9 @@ static int broker(void *arg)
 	sessions_free_all();
 	for (int i = 0; i < conf.nlisteners; i++)
 		tls_ctx_free(ltls[i]);
-	ebr_collect(1);
+	epoch_collect(1);
 	topic_free_all();
-	ebr_collect(1);
+	epoch_collect(1);
 	stats_fini();
 	pool_fini();
 	rl_free(conn_rate);

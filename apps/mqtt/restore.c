@@ -100,10 +100,10 @@ static void ld_queued(void *arg, const char *id, uint16_t id_len, const store_ms
 	if (!s)
 		return;
 	msg *m = loaded_get(arg, sm, sd->mid);
-	dlv d = { .m = m, .pid = sd->pid, .qos = sd->qos, .retain = sd->retain,
+	delivery d = { .m = m, .pid = sd->pid, .qos = sd->qos, .retain = sd->retain,
 		  .state = sd->state, .nsub = sd->nsubid, .mid = sd->row };
 	memcpy(d.subid, sd->subid, sizeof d.subid);
-	session_restore_dlv(s, &d);
+	session_restore_delivery(s, &d);
 	msg_unref(m);
 }
 

@@ -23,11 +23,11 @@ MQTT_SRC := $(addprefix apps/mqtt/,wire/codec.c wire/encode.c \
 	conn/conn.c conn/loop.c conn/output.c conn/handle_connect.c conn/login.c conn/handle_publish.c \
 	conn/acks.c conn/handle_ack.c conn/handle_subscribe.c conn/handle_unsubscribe.c \
 	conn/handle_ping.c conn/handle_disconnect.c conn/kick.c \
-	bridge/bridge.c \
+	bridge/bridge.c bridge/bridge_conf.c \
 	config.c metrics.c sys.c restore.c)
-MQTT_HDR := $(addprefix apps/mqtt/,broker.h conn/conn.h wire/codec.h access/acl.h access/auth.h conn/ws.h \
-	conn/tls.h persist/store.h persist/store_queue.h bridge/bridge.h base/ratelimit.h \
-	base/textfile.h) include/weft.h
+MQTT_HDR := $(addprefix apps/mqtt/,broker.h wire/codec.h base/ratelimit.h base/textfile.h \
+	access/acl.h access/auth.h persist/store.h persist/store_queue.h conn/conn.h conn/ws.h \
+	conn/tls.h bridge/bridge.h bridge/bridge_conf.h) include/weft.h
 MQTT_LIBS :=
 MQTT_CFLAGS :=
 # password_file (PBKDF2-SHA512), WebSockets (SHA-1 of the upgrade key) and TLS listeners need

@@ -77,7 +77,7 @@ void access_bind(session *s, const char *user, size_t user_len)
 	acl_client *a = acl_bind(user, user_len, s->client_id, s->id_len);
 	acl_client *old = atomic_exchange_explicit(&s->acl, a, memory_order_acq_rel);
 	if (old)
-		ebr_retire(old, unbind_cb);
+		epoch_retire(old, unbind_cb);
 }
 
 /* a, loaded from s, is stale: put the same client's binding to the rules now in force in its
@@ -88,7 +88,7 @@ static acl_client *rebind(session *s, acl_client *a)
 		acl_client *n = acl_rebind(a);
 		if (atomic_compare_exchange_strong_explicit(&s->acl, &a, n, memory_order_acq_rel,
 							    memory_order_acquire)) {
-			ebr_retire(a, unbind_cb);
+			epoch_retire(a, unbind_cb);
 			return n;
 		}
 		acl_unbind(n); /* a is now what the winner put there */
@@ -111,13 +111,13 @@ bool access_will_allowed(session *s, const msg *m)
 	WEFT_WITH_LOCK(&s->lock)
 		if (!atomic_load_explicit(&s->acl, memory_order_acquire))
 			access_bind(s, s->owner, s->owner_len);
-	ebr_reader r; /* the binding is freed through epoch.c: read it inside a section */
-	ebr_register(&r);
-	ebr_enter(&r);
+	epoch_reader r; /* the binding is freed through epoch.c: read it inside a section */
+	epoch_register(&r);
+	epoch_enter(&r);
 	acl_client *a = access_binding(s);
 	bool ok = a && acl_check(a, m->topic, m->topic_len, ACL_WRITE);
-	ebr_leave(&r);
-	ebr_unregister(&r);
+	epoch_leave(&r);
+	epoch_unregister(&r);
 	return ok;
 }
 

@@ -12,7 +12,7 @@
  *
  * The slots belong to tasks, not workers, so a read section may span a park (a contended
  * session lock on the publish path) on any worker. Slots are in a list under a mutex, walked
- * only by ebr_collect, which the broker's reaper task calls a few times a second: retiring is
+ * only by epoch_collect, which the broker's reaper task calls a few times a second: retiring is
  * rare (subscription changes) and freeing late costs only memory.
  */
 #include <stdlib.h>
@@ -28,10 +28,10 @@ typedef struct retired {
 
 static _Atomic uint64_t global_epoch = 1;
 static weft_mutex lock = WEFT_MUTEX_INIT;
-static ebr_reader *readers;
+static epoch_reader *readers;
 static retired *pending;
 
-void ebr_register(ebr_reader *r)
+void epoch_register(epoch_reader *r)
 {
 	atomic_store(&r->epoch, 0);
 	WEFT_WITH_LOCK(&lock) {
@@ -44,7 +44,7 @@ void ebr_register(ebr_reader *r)
 	}
 }
 
-void ebr_unregister(ebr_reader *r)
+void epoch_unregister(epoch_reader *r)
 {
 	if (!r->registered)
 		return;
@@ -59,17 +59,17 @@ void ebr_unregister(ebr_reader *r)
 	}
 }
 
-void ebr_enter(ebr_reader *r)
+void epoch_enter(epoch_reader *r)
 {
 	atomic_store(&r->epoch, atomic_load(&global_epoch));
 }
 
-void ebr_leave(ebr_reader *r)
+void epoch_leave(epoch_reader *r)
 {
 	atomic_store_explicit(&r->epoch, 0, memory_order_release);
 }
 
-void ebr_retire(void *p, void (*fn)(void *))
+void epoch_retire(void *p, void (*fn)(void *))
 {
 	retired *x = malloc(sizeof *x);
 	if (!x)
@@ -83,12 +83,12 @@ void ebr_retire(void *p, void (*fn)(void *))
 	}
 }
 
-void ebr_collect(int force)
+void epoch_collect(int force)
 {
 	retired *done = NULL;
 	WEFT_WITH_LOCK(&lock) {
 		uint64_t min = UINT64_MAX;
-		for (ebr_reader *r = readers; r && !force; r = r->next) {
+		for (epoch_reader *r = readers; r && !force; r = r->next) {
 			uint64_t e = atomic_load(&r->epoch);
 			if (e && e < min)
 				min = e;

@@ -1,8 +1,8 @@
 /*
  * pool.c - per-worker free lists for messages and buffers.
  *
- * The seed of this broker is a benchmark lost to allocator locks: every message allocated and
- * freed through a shared heap made the publishers queue on its mutex. Here each weft worker
+ * Why: with every message allocated and freed through a shared heap, the publishers queue on
+ * the heap's mutex. Here each weft worker
  * keeps a free list per size class (powers of two from 64 bytes to 64 KiB), used with no lock
  * at all: a task only touches the list of the worker it runs on, between two points where it
  * cannot be moved (nothing blocks in pool_alloc or pool_free). A block freed on another worker
@@ -20,8 +20,8 @@
  * releases their pages, and after a load that left (thousands of clients, a tree of topics)
  * that was most of the RSS. But a trim walks every arena's free chunks under the arena's
  * lock, and each page-sized run in them costs an madvise, whether its pages were given back
- * already or not: with 20-40 MB free after the test's loads one took 1.4 to 27 ms, during
- * which a worker that calls malloc waits. So the broker trims when a load has left, not
+ * already or not: with tens of MB free a trim takes milliseconds, during which a worker that
+ * calls malloc waits. So the broker trims when a load has left, not
  * while one runs: only when malloc holds TRIM_SLACK free, and while the broker is quiet
  * (fewer than TRIM_BUSY packets in the last second; busy, memory freed is soon used again)
  * at once when TRIM_SLACK has been freed since the last trim, else every TRIM_AGAIN, doubled
@@ -32,12 +32,11 @@
  * A broker that is never quiet still trims once 64 MB have been freed.
  *
  * One malloc arena (pool_malloc_setup, M_ARENA_MAX 1, before the workers start): malloc_trim
- * gives back the free chunks of every arena, but the top chunk of the main arena only. Each
- * worker thread had an arena of its own, and its top chunk kept what the load had last freed
- * there (8.8 MB in the memory test, one run in three) until a large enough free happened to
- * trim it. The publish path allocates from the pools, and small blocks come from glibc's
- * per-thread cache without the arena's lock; with one arena the broker's CPU per message and
- * per connection measured the same or lower (docs/weft-mqtt.md, Memory). Rejected: a lower
+ * gives back the free chunks of every arena, but the top chunk of the main arena only. With an
+ * arena per worker thread, each one's top chunk keeps what the load last freed there until a
+ * large enough free happens to trim it. The publish path allocates from the pools, and small
+ * blocks come from glibc's per-thread cache without the arena's lock, so one arena costs the
+ * broker no CPU per message or per connection (docs/weft-mqtt.md, Memory). Rejected: a lower
  * M_TRIM_THRESHOLD (trims a top chunk only when a free reaches it, and fixes the mmap
  * threshold too), a fixed M_MMAP_THRESHOLD (would mmap and unmap a large output buffer on
  * every batch).

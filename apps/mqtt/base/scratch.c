@@ -4,14 +4,14 @@
  * acknowledgements held until the batch is durable (acks.c).
  *
  * It doubles (from 16) and never shrinks here: whoever owns it gives a big one back at the end
- * of a batch (conn.c, flush_dirty), since nothing in it is live then. Out of memory aborts, as
+ * of a batch (conn/loop.c, flush_dirty), since nothing in it is live then. Out of memory aborts, as
  * the pool does: a broker that cannot grow a few kilobytes cannot serve.
  */
 #include <stdlib.h>
 
 #include "broker.h"
 
-void *route_grow(route_buf *b, size_t elem, uint32_t need)
+void *scratch_grow(scratch_buf *b, size_t elem, uint32_t need)
 {
 	if (need > b->cap) {
 		uint32_t cap = b->cap ? b->cap * 2 : 16;

@@ -4,7 +4,7 @@
  *
  * A bridge's connection is a conn (conn.c) like a client's, whose role (conn_role) and peer
  * (peer_ops) are bridge.c's: after the CONNECT/CONNACK prelude it speaks the same packets both
- * ways, so conn.c and route/ run it and call those tables where a bridge differs (topic
+ * ways, so conn/ and route/ run it and call those tables where a bridge differs (topic
  * remapping, no ACL, keep-alive pings, the acknowledgements a server sends).
  */
 #ifndef WEFT_MQTT_BRIDGE_H

@@ -31,7 +31,7 @@ void ack_pub(conn *c, int type, uint16_t pid, int rc)
 		send_ack(c, type, pid, rc);
 		return;
 	}
-	held_ack *v = route_grow(&c->acks, sizeof *v, c->acks.n + 1);
+	held_ack *v = scratch_grow(&c->acks, sizeof *v, c->acks.n + 1);
 	v[c->acks.n++] = (held_ack){ (uint8_t)type, (uint8_t)rc, pid };
 }
 

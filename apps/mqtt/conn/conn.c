@@ -163,7 +163,7 @@ void conn_end(conn *c, int rc, bool will)
 	}
 	tls_free(c->tls);
 	weft_close(c->fd);
-	ebr_unregister(&c->rd);
+	epoch_unregister(&c->reader);
 	for (uint16_t i = 0; c->in_alias && i < c->in_alias_max; i++)
 		free(c->in_alias[i]);
 	free(c->in_alias);
@@ -172,7 +172,7 @@ void conn_end(conn *c, int rc, bool will)
 	free(c->out_alias);
 	free(c->match.v);
 	free(c->front.v);
-	free(c->front2.v);
+	free(c->front_next.v);
 	free(c->dirty.v);
 	free(c->acks.v);
 	free(c->user);
@@ -214,7 +214,7 @@ static void conn_register(conn *c, int fd)
 	c->batch = (atomic_fetch_add(&serial, 1) + 1) << 32;
 	atomic_init(&c->kick_rc, 0);
 	atomic_init(&c->napping, false);
-	ebr_register(&c->rd);
+	epoch_register(&c->reader);
 	WEFT_WITH_LOCK(&list_lock) {
 		c->next = all;
 		if (all)

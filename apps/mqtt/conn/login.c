@@ -3,7 +3,7 @@
  * anonymous), when its password is checked (the pace, pace.c), and what waiting for that may
  * hold.
  *
- * A CONNECT waiting for its password's turn keeps its read buffer (conn.c) for up to
+ * A CONNECT waiting for its password's turn keeps its read buffer (loop.c) for up to
  * AUTH_MAX_WAIT, so those waits together may hold at most WAITING_BYTES; past that a CONNECT
  * is told "try later" unchecked, as one past the pace's horizon is. Rejected: copying the
  * credentials out and freeing the buffer during the wait, which bounds each waiter but not
@@ -50,9 +50,9 @@ static int await_turn(conn *c, const auth_req *r, int version, long held)
 	/* outside the batch's read section (a CONNECT comes first: nothing read under it is
 	 * held yet), or epoch.c could free nothing retired meanwhile, for as long as anyone
 	 * waits */
-	ebr_leave(&c->rd);
+	epoch_leave(&c->reader);
 	int end = conn_nap_until(c, at);
-	ebr_enter(&c->rd);
+	epoch_enter(&c->reader);
 	atomic_fetch_sub(&waiting_bytes, held);
 	return end ? -1 : 0;
 }

@@ -151,25 +151,25 @@ static void flush_dirty(conn *c)
 	/* After a burst (a publish to thousands of subscribers: 24 bytes of match per hit), give
 	 * the scratch back rather than keep it for the connection's life. Nothing in it is live
 	 * at the end of a batch (the acks were released, the matches delivered). */
-	route_buf *scratch[] = { &c->match, &c->front, &c->front2, &c->dirty, &c->acks };
+	scratch_buf *scratch[] = { &c->match, &c->front, &c->front_next, &c->dirty, &c->acks };
 	for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++)
 		if (scratch[i]->cap > 1024) {
 			free(scratch[i]->v);
-			*scratch[i] = (route_buf){ 0 };
+			*scratch[i] = (scratch_buf){ 0 };
 		}
 }
 
-typedef struct rd {
+typedef struct read_buf {
 	uint8_t *buf;
 	uint32_t len, cap;
-} rd;
+} read_buf;
 
 /* Handle every whole packet in the buffer; returns as handle() (0: need more bytes). */
-static int process(conn *c, rd *b, bool *will)
+static int process(conn *c, read_buf *b, bool *will)
 {
 	uint32_t off = 0;
 	int r = 0;
-	ebr_enter(&c->rd);
+	epoch_enter(&c->reader);
 	/* a kick (shutdown, take-over) stops the batch between packets: a bufferful of pipelined
 	 * SUBSCRIBEs, each a snapshot of the retained messages, would hold a shutdown for long */
 	while (!r && off < b->len && !atomic_load_explicit(&c->kick_rc, memory_order_relaxed) &&
@@ -220,7 +220,7 @@ static int process(conn *c, rd *b, bool *will)
 			r = -MQ_RC_UNSPECIFIED;
 	}
 	flush_dirty(c);
-	ebr_leave(&c->rd);
+	epoch_leave(&c->reader);
 	if (off) {
 		memmove(b->buf, b->buf + off, b->len - off);
 		b->len -= off;
@@ -231,7 +231,7 @@ static int process(conn *c, rd *b, bool *will)
 void conn_read_loop(void *arg)
 {
 	conn *c = arg;
-	rd b = { NULL, 0, 0 };
+	read_buf b = { NULL, 0, 0 };
 	bool will = true;
 	int rc = 0;
 	int64_t start = weft_now(), last = start;

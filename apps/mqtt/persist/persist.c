@@ -1,13 +1,15 @@
 /*
- * persist.c - `persistence true`: what the broker writes to the store (store.c, SQLite) and
- * reads back at start.
+ * persist.c - `persistence true`: what the broker writes to the store (store.c, SQLite), and
+ * the store's opening and reading back at start for restore.c, which puts what is read where
+ * it belongs (above route/, which it rebuilds; persist/ below route/ only writes).
  *
  * The rule is that a PUBACK, PUBREC or PUBCOMP (and a SUBACK, an UNSUBACK, a CONNACK) goes
  * out only once what the broker promised with it is on disk. Every store call returns at once
  * with a ticket; the connection that read a batch of packets keeps the highest ticket its
- * handlers got (c->ticket) and its PUBACK/PUBREC/PUBCOMPs in a list (c->acks) instead of its
- * session's output (the other replies are in that output, written after the wait). At the end of the batch it waits once for
- * that ticket, then sends the acknowledgements in order: one fsync, shared with every other
+ * handlers got (c->ticket) and its PUBACK/PUBREC/PUBCOMPs in a list (c->acks, conn/acks.c)
+ * instead of its session's output (the other replies are in that output, written after the
+ * wait). At the end of the batch it waits once for that ticket, then sends the
+ * acknowledgements in order: one fsync, shared with every other
  * connection waiting at the same time, covers the whole batch. The other way, a QoS 2 PUBLISH
  * or PUBREL to a stored session goes out only once its state is durable (session.c,
  * out_after). An inbound QoS 2 id and the message's copies for persistent sessions are one
@@ -28,7 +30,8 @@
  *
  * A message routed to many persistent sessions is stored once: the msg keeps its store id in
  * m->smid, set by the first store_enqueue, and the others refer to it. The store keeps the
- * message pinned until the msg's last reference goes (msg_unref calls persist_release, through the hook msg_stored_release that persist_open installs), since
+ * message pinned until the msg's last reference goes (msg_unref calls persist_release, through
+ * the hook msg_stored_release that persist_open installs: base/ sits below persist/), since
  * until then another session may still be given it (the routing is not finished, or it is a
  * retained message sent on subscribe).
  *
@@ -254,7 +257,7 @@ void persist_unsub(session *s, const char *f, uint16_t len, conn *by)
 
 /* The message is stored once for all the sessions it goes to (m->smid), the delivery - QoS,
  * RETAIN flag, subscription ids - once per session (d->mid: its row). */
-int64_t persist_enqueue(session *s, dlv *d, conn *by)
+int64_t persist_enqueue(session *s, delivery *d, conn *by)
 {
 	store_msg sm;
 	to_store(d->m, &sm);
@@ -270,7 +273,7 @@ static void persist_release(uint64_t smid)
 		ticket(NULL, store_release(st, smid));
 }
 
-int64_t persist_inflight(session *s, dlv *d)
+int64_t persist_inflight(session *s, delivery *d)
 {
 	return ticket(NULL, store_inflight(st, s->client_id, s->id_len, d->mid, d->pid, d->state));
 }
@@ -372,8 +375,8 @@ void persist_unsub(session *s, const char *f, uint16_t len, conn *by)
 {
 	(void)s, (void)f, (void)len, (void)by;
 }
-int64_t persist_enqueue(session *s, dlv *d, conn *by) { return (void)s, (void)d, (void)by, 0; }
-int64_t persist_inflight(session *s, dlv *d) { return (void)s, (void)d, 0; }
+int64_t persist_enqueue(session *s, delivery *d, conn *by) { return (void)s, (void)d, (void)by, 0; }
+int64_t persist_inflight(session *s, delivery *d) { return (void)s, (void)d, 0; }
 bool persist_group_begin(session *s) { return (void)s, false; }
 void persist_group_end(void) {}
 bool persist_ok(void) { return true; }

@@ -22,7 +22,7 @@
  *   last state that was durable - which holds everything the broker acknowledged, since no
  *   wait returned 0 past it.
  *
- * Rejected: waiting for room, as before (the stall above); dropping the refused write and
+ * Rejected: waiting for room (the stall above); dropping the refused write and
  * going on (the hole); a queue bounded by memory with no end while failed (a disk full for an
  * hour takes the broker's memory); rewriting the broker's whole state once the store
  * recovers, which would let a lost store come back without a restart (every session's lock in

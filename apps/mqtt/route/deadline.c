@@ -2,14 +2,13 @@
  * deadline.c - when each offline session next needs the reaper: its pending will's delay, or
  * its expiry, whichever comes first.
  *
- * The reaper used to walk the whole session table, under the table's lock, five times a
- * second. With 100,000 persistent sessions offline that held the lock for 10-14 ms a time,
- * every CONNECT waiting behind it (p99 10 ms instead of 0.2 ms), and cost 6% of a core on a
- * broker with nothing to do. Now each session with a deadline sits in a binary min-heap,
- * which knows the session's place (s->dl_pos), so that a reconnect, which cancels the
- * deadline, takes it out in O(log n), and the heap never holds more than one entry per
- * session. The reaper takes out only the sessions whose time has come. The heap's array halves
- * when it is under a quarter full, so a crowd of offline sessions that went does not keep it.
+ * Each session with a deadline sits in a binary min-heap, which knows the session's place
+ * (s->dl_pos), so that a reconnect, which cancels the deadline, takes it out in O(log n), and
+ * the heap never holds more than one entry per session. The reaper takes out only the sessions
+ * whose time has come. The heap's array halves when it is under a quarter full, so a crowd of
+ * offline sessions that went does not keep it. Rejected: walking the whole session table under
+ * its lock, five times a second, which with many persistent sessions offline holds every
+ * CONNECT behind it and costs CPU on a broker with nothing to do.
  *
  * Lock order: the table lock, then a session's lock, then dlock, which is held for heap
  * operations only.

@@ -172,7 +172,7 @@ static uint16_t new_pid(session *s)
 		if (!s->next_pid)
 			s->next_pid = 1;
 		bool used = false;
-		for (dlv *d = s->inflight; d && !used; d = d->next)
+		for (delivery *d = s->inflight; d && !used; d = d->next)
 			used = d->pid == p;
 		if (!used)
 			return p;
@@ -180,7 +180,7 @@ static uint16_t new_pid(session *s)
 }
 
 /* The two lists of a session (inflight, queue) are singly linked with a tail. */
-static void list_append(dlv **head, dlv **tail, dlv *d)
+static void list_append(delivery **head, delivery **tail, delivery *d)
 {
 	d->next = NULL;
 	if (*tail)
@@ -190,14 +190,14 @@ static void list_append(dlv **head, dlv **tail, dlv *d)
 	*tail = d;
 }
 
-static void inflight_append(session *s, dlv *d)
+static void inflight_append(session *s, delivery *d)
 {
 	list_append(&s->inflight, &s->inflight_tail, d);
 	s->ninflight++;
 }
 
 /* Take d, which follows prev (NULL: d is first), out of the inflight list. */
-static void inflight_unlink(session *s, dlv *prev, dlv *d)
+static void inflight_unlink(session *s, delivery *prev, delivery *d)
 {
 	if (prev)
 		prev->next = d->next;
@@ -210,7 +210,7 @@ static void inflight_unlink(session *s, dlv *prev, dlv *d)
 
 /* The queue beyond the inflight window, counted in messages and payload bytes (the two limits
  * of max_queued_messages and max_queued_bytes). Lock held. */
-static void queue_append(session *s, dlv *d)
+static void queue_append(session *s, delivery *d)
 {
 	list_append(&s->queue, &s->queue_tail, d);
 	s->nqueued++;
@@ -218,9 +218,9 @@ static void queue_append(session *s, dlv *d)
 	stats_add(ST_QUEUED, 1);
 }
 
-static dlv *queue_pop(session *s)
+static delivery *queue_pop(session *s)
 {
-	dlv *d = s->queue;
+	delivery *d = s->queue;
 	s->queue = d->next;
 	if (!s->queue)
 		s->queue_tail = NULL;
@@ -245,10 +245,10 @@ static void out_after(session *s, int qos, int64_t t)
 		s->out_ticket = t;
 }
 
-static dlv *dlv_new(msg *m, int qos, int retain, const uint32_t *subids, int nsub)
+static delivery *dlv_new(msg *m, int qos, int retain, const uint32_t *subids, int nsub)
 {
-	dlv *d = pool_alloc(sizeof *d);
-	*d = (dlv){ NULL, msg_ref(m), 0, (uint8_t)qos, (uint8_t)retain, 0, (uint8_t)nsub, { 0 }, 0 };
+	delivery *d = pool_alloc(sizeof *d);
+	*d = (delivery){ NULL, msg_ref(m), 0, (uint8_t)qos, (uint8_t)retain, 0, (uint8_t)nsub, { 0 }, 0 };
 	memcpy(d->subid, subids, (size_t)nsub * sizeof *subids);
 	return d;
 }
@@ -256,7 +256,7 @@ static dlv *dlv_new(msg *m, int qos, int retain, const uint32_t *subids, int nsu
 /* Send d now: it becomes inflight (or is dropped when too large). Lock held, connected. */
 /* A stored delivery dropped (expired, too large for the client): the store forgets it too.
  * The store deletes deliveries by packet id, so one that never had an id gets one first. */
-static void forget(session *s, dlv *d)
+static void forget(session *s, delivery *d)
 {
 	if (!d->mid)
 		return;
@@ -267,7 +267,7 @@ static void forget(session *s, dlv *d)
 	persist_ack(s, d->pid);
 }
 
-static void start(session *s, dlv *d, int64_t now)
+static void start(session *s, delivery *d, int64_t now)
 {
 	bool known = d->pid != 0; /* given before it was stored: the store has it already */
 	if (!known)
@@ -293,7 +293,7 @@ static void fill_window(session *s)
 		return;
 	int64_t now = weft_now();
 	while (s->queue && s->ninflight < s->window) {
-		dlv *d = queue_pop(s);
+		delivery *d = queue_pop(s);
 		/* checked against the client's rules again as it goes out: they were the session's
 		 * binding when it was queued, and may have been reloaded since */
 		bool expired = msg_expired(d->m, now);
@@ -367,14 +367,14 @@ void session_put(session *s, msg *m, int qos, int retain, const uint32_t *subids
 		if (encode_pub(s, m, 0, 0, 0, retain, subids, nsub, now) < 0)
 			stats_add(ST_PUB_DROPPED, 1);
 	} else if (taking_output(s) && !s->queue && s->ninflight < s->window) {
-		dlv *d = dlv_new(m, qos, retain, subids, nsub);
+		delivery *d = dlv_new(m, qos, retain, subids, nsub);
 		if (s->stored) { /* stored as sent already: one write instead of two */
 			d->pid = new_pid(s);
 			out_after(s, qos, persist_enqueue(s, d, by));
 		}
 		start(s, d, now);
 	} else {
-		dlv *d = dlv_new(m, qos, retain, subids, nsub);
+		delivery *d = dlv_new(m, qos, retain, subids, nsub);
 		if (s->stored)
 			persist_enqueue(s, d, by);
 		queue_append(s, d);
@@ -426,10 +426,10 @@ void session_send(session *s, const void *pkt, size_t n, conn *by)
 /* ---- acknowledgements ----------------------------------------------------------------------- */
 
 /* Unlink and return the inflight delivery with pid (and qos, state), or NULL. Lock held. */
-static dlv *inflight_find(session *s, uint16_t pid, int qos, int state, bool unlink)
+static delivery *inflight_find(session *s, uint16_t pid, int qos, int state, bool unlink)
 {
-	dlv *prev = NULL;
-	for (dlv *d = s->inflight; d; prev = d, d = d->next) {
+	delivery *prev = NULL;
+	for (delivery *d = s->inflight; d; prev = d, d = d->next) {
 		if (d->pid != pid)
 			continue;
 		if (d->qos != qos || d->state != state)
@@ -441,7 +441,7 @@ static dlv *inflight_find(session *s, uint16_t pid, int qos, int state, bool unl
 	return NULL;
 }
 
-static void done(session *s, dlv *d)
+static void done(session *s, delivery *d)
 {
 	if (d->mid)
 		persist_ack(s, d->pid);
@@ -456,7 +456,7 @@ static void flow_ends(session *s, uint16_t pid, int qos, int state, conn *by)
 {
 	bool flush = false;
 	WEFT_WITH_LOCK(&s->lock) {
-		dlv *d = inflight_find(s, pid, qos, state, true);
+		delivery *d = inflight_find(s, pid, qos, state, true);
 		if (d)
 			done(s, d);
 		flush = want_flush(s, by);
@@ -473,7 +473,7 @@ void session_pubrec(session *s, uint16_t pid, int reason, conn *by)
 {
 	bool flush = false;
 	WEFT_WITH_LOCK(&s->lock) {
-		dlv *d = inflight_find(s, pid, 2, 0, reason >= 0x80);
+		delivery *d = inflight_find(s, pid, 2, 0, reason >= 0x80);
 		if (d && reason >= 0x80) {
 			done(s, d); /* the client refused it: the flow ends here */
 		} else {
@@ -504,9 +504,9 @@ void session_resume(session *s, conn *by)
 	bool flush = false;
 	int64_t now = weft_now();
 	WEFT_WITH_LOCK(&s->lock) {
-		dlv *prev = NULL;
-		for (dlv *d = s->inflight; d;) {
-			dlv *next = d->next;
+		delivery *prev = NULL;
+		for (delivery *d = s->inflight; d;) {
+			delivery *next = d->next;
 			int r = 0;
 			/* not checked against the rules again, as queued ones are (fill_window): a
 			 * PUBLISH already sent may be held by the client awaiting PUBREL, and its id
@@ -579,9 +579,9 @@ bool session_rel_del(session *s, uint16_t pid)
 
 /* ---- restoring (persist.c, at start) ------------------------------------------------------ */
 
-void session_restore_dlv(session *s, const dlv *proto)
+void session_restore_delivery(session *s, const delivery *proto)
 {
-	dlv *d = pool_alloc(sizeof *d);
+	delivery *d = pool_alloc(sizeof *d);
 	*d = *proto;
 	msg_ref(d->m);
 	uint16_t pid = d->pid;

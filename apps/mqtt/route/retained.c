@@ -60,7 +60,7 @@
  * as if every message it references were to be replaced - which a publisher can do at will -
  * and what is counted goes against the session's budget (conf.backlog_bytes) and every
  * session's together (conf.backlog_bytes_total) from the SUBSCRIBE until the entry is sent or
- * the backlog ends. A SUBSCRIBE whose backlog would pass either is refused (subscribe.c:
+ * the backlog ends. A SUBSCRIBE whose backlog would pass either is refused (handle_subscribe.c:
  * retained_admit is asked before the filter is subscribed, and reserves the cost). Rejected:
  *  - counting a message only when the store lets go of it while a backlog still holds it:
  *    closer to what memory is held (overlapping filters over messages that do not change cost

@@ -84,13 +84,13 @@ static void session_free(void *p)
 void session_unref(session *s)
 {
 	if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) == 1)
-		ebr_retire(s, session_free);
+		epoch_retire(s, session_free);
 }
 
-static void dlv_free_list(dlv *d)
+static void dlv_free_list(delivery *d)
 {
 	while (d) {
-		dlv *n = d->next;
+		delivery *n = d->next;
 		msg_unref(d->m);
 		pool_free(d);
 		d = n;
@@ -113,7 +113,7 @@ static msg *take_will(session *s)
 static void session_end(session *s)
 {
 	subrec *subs = NULL;
-	dlv *q = NULL, *inf = NULL;
+	delivery *q = NULL, *inf = NULL;
 	msg *will = NULL;
 	WEFT_WITH_LOCK(&s->lock) {
 		s->dead = true;

@@ -126,7 +126,7 @@ static void node_free(void *p)
 static void retire(void *p, size_t bytes, void (*fn)(void *))
 {
 	nbytes -= (long)bytes;
-	ebr_retire(p, fn);
+	epoch_retire(p, fn);
 }
 
 static size_t ctab_bytes(const ctab *t)
@@ -517,13 +517,13 @@ typedef struct hit {
 	uint8_t shared;   /* a group's pick: its read access already checked */
 } hit;
 
-static void add_subs(tnode *n, const msg *m, session *from, route_buf *out, int *nodes)
+static void add_subs(tnode *n, const msg *m, session *from, scratch_buf *out, int *nodes)
 {
 	subarr *a = atomic_load_explicit(&n->subs, memory_order_acquire);
 	grparr *ga = atomic_load_explicit(&n->groups, memory_order_acquire);
 	uint32_t k = a ? atomic_load_explicit(&a->n, memory_order_acquire) : 0;
 	if (k) {
-		hit *h = route_grow(out, sizeof(hit), out->n + k);
+		hit *h = scratch_grow(out, sizeof(hit), out->n + k);
 		for (uint32_t i = 0; i < k; i++) {
 			session *s = atomic_load_explicit(&a->e[i].s, memory_order_relaxed);
 			uint64_t how = atomic_load_explicit(&a->e[i].how, memory_order_relaxed);
@@ -557,7 +557,7 @@ static void add_subs(tnode *n, const msg *m, session *from, route_buf *out, int 
 		}
 		if (!pick)
 			continue;
-		hit *h = route_grow(out, sizeof(hit), out->n + 1);
+		hit *h = scratch_grow(out, sizeof(hit), out->n + 1);
 		h[out->n++] = (hit){ pick, (uint32_t)(how >> 8), (uint8_t)how, 1 };
 	}
 }
@@ -570,15 +570,15 @@ static int hit_cmp(const void *a, const void *b)
 	return x->s < y->s ? -1 : x->s > y->s;
 }
 
-static void push_node(route_buf *b, tnode *n)
+static void push_node(scratch_buf *b, tnode *n)
 {
-	tnode **v = route_grow(b, sizeof(tnode *), b->n + 1);
+	tnode **v = scratch_grow(b, sizeof(tnode *), b->n + 1);
 	v[b->n++] = n;
 }
 
 /* Find every subscription matching topic into out (hits). Returns the nodes that matched. */
-static int match(const msg *m, session *from, route_buf *out, route_buf *front,
-		 route_buf *next)
+static int match(const msg *m, session *from, scratch_buf *out, scratch_buf *front,
+		 scratch_buf *next)
 {
 	const char *topic = m->topic;
 	uint16_t len = m->topic_len;
@@ -608,7 +608,7 @@ static int match(const msg *m, session *from, route_buf *out, route_buf *front,
 			if (c)
 				push_node(next, c);
 		}
-		route_buf t = *front;
+		scratch_buf t = *front;
 		*front = *next;
 		*next = t;
 	}
@@ -624,13 +624,13 @@ static int match(const msg *m, session *from, route_buf *out, route_buf *front,
 
 int topic_publish(msg *m, session *from, conn *by)
 {
-	route_buf lm = { 0 }, lf = { 0 }, ln = { 0 };
-	ebr_reader local;
-	route_buf *out = by ? &by->match : &lm, *front = by ? &by->front : &lf,
-		  *next = by ? &by->front2 : &ln;
+	scratch_buf lm = { 0 }, lf = { 0 }, ln = { 0 };
+	epoch_reader local;
+	scratch_buf *out = by ? &by->match : &lm, *front = by ? &by->front : &lf,
+		  *next = by ? &by->front_next : &ln;
 	if (!by) {
-		ebr_register(&local);
-		ebr_enter(&local);
+		epoch_register(&local);
+		epoch_enter(&local);
 	}
 	int nodes = match(m, from, out, front, next);
 	hit *h = out->v;
@@ -663,8 +663,8 @@ int topic_publish(msg *m, session *from, conn *by)
 		i = j;
 	}
 	if (!by) {
-		ebr_leave(&local);
-		ebr_unregister(&local);
+		epoch_leave(&local);
+		epoch_unregister(&local);
 		free(lm.v);
 		free(lf.v);
 		free(ln.v);
@@ -707,7 +707,7 @@ typedef struct walk {
 /* Where retained_match puts what it finds: references in out, or (out NULL) their cost
  * summed, the walk ending once it passes limit. */
 typedef struct found {
-	route_buf *out;
+	scratch_buf *out;
 	uint64_t cost, limit;
 } found;
 
@@ -719,14 +719,14 @@ static void collect(tnode *n, found *to)
 		to->cost += retained_cost(n->retained);
 		return;
 	}
-	msg **v = route_grow(to->out, sizeof(msg *), to->out->n + 1);
+	msg **v = scratch_grow(to->out, sizeof(msg *), to->out->n + 1);
 	v[to->out->n++] = msg_ref(n->retained);
 }
 
 /* Every retained message under a filter. Writer lock held. Iterative: topics may be deep. */
-static void retained_match(const char *f, uint16_t len, found *out, route_buf *stack)
+static void retained_match(const char *f, uint16_t len, found *out, scratch_buf *stack)
 {
-	walk *w = route_grow(stack, sizeof(walk), 1);
+	walk *w = scratch_grow(stack, sizeof(walk), 1);
 	w[0] = (walk){ root, 0, 0, 0 };
 	stack->n = 1;
 	while (stack->n && (out->out || out->cost <= out->limit)) {
@@ -738,7 +738,7 @@ static void retained_match(const char *f, uint16_t len, found *out, route_buf *s
 				tnode *c = atomic_load_explicit(&t->slot[i], memory_order_relaxed);
 				if (!c || c == TOMB || (x.depth == 0 && c->len && c->name[0] == '$'))
 					continue;
-				w = route_grow(stack, sizeof(walk), stack->n + 1);
+				w = scratch_grow(stack, sizeof(walk), stack->n + 1);
 				w[stack->n++] = (walk){ c, 0, x.depth + 1, 1 };
 			}
 			continue;
@@ -757,25 +757,25 @@ static void retained_match(const char *f, uint16_t len, found *out, route_buf *s
 					tnode *c = atomic_load_explicit(&t->slot[i], memory_order_relaxed);
 					if (!c || c == TOMB || (c->len && c->name[0] == '$'))
 						continue;
-					w = route_grow(stack, sizeof(walk), stack->n + 1);
+					w = scratch_grow(stack, sizeof(walk), stack->n + 1);
 					w[stack->n++] = (walk){ c, 0, 1, 1 };
 				}
 				continue;
 			}
-			w = route_grow(stack, sizeof(walk), stack->n + 1);
+			w = scratch_grow(stack, sizeof(walk), stack->n + 1);
 			w[stack->n++] = x;
 		} else if (k == 1 && l[0] == '+') {
 			for (uint32_t i = 0; t && i <= t->mask; i++) {
 				tnode *c = atomic_load_explicit(&t->slot[i], memory_order_relaxed);
 				if (!c || c == TOMB || (x.depth == 0 && c->len && c->name[0] == '$'))
 					continue;
-				w = route_grow(stack, sizeof(walk), stack->n + 1);
+				w = scratch_grow(stack, sizeof(walk), stack->n + 1);
 				w[stack->n++] = (walk){ c, pos, x.depth + 1, 0 };
 			}
 		} else {
 			tnode *c = child(x.n, l, k, hash(l, k));
 			if (c) {
-				w = route_grow(stack, sizeof(walk), stack->n + 1);
+				w = scratch_grow(stack, sizeof(walk), stack->n + 1);
 				w[stack->n++] = (walk){ c, pos, x.depth + 1, 0 };
 			}
 		}
@@ -788,7 +788,7 @@ static void retained_match(const char *f, uint16_t len, found *out, route_buf *s
 void topic_send_retained(session *s, const char *f, uint16_t len, int max_qos, uint32_t subid,
 			 uint64_t reserved, conn *by)
 {
-	route_buf out = { 0 }, stack = { 0 };
+	scratch_buf out = { 0 }, stack = { 0 };
 	found to = { &out, 0, 0 };
 	weft_mutex_lock(&wlock);
 	retained_match(f, len, &to, &stack);
@@ -800,7 +800,7 @@ void topic_send_retained(session *s, const char *f, uint16_t len, int max_qos, u
 
 uint64_t topic_retained_cost(const char *f, uint16_t len, uint64_t limit)
 {
-	route_buf stack = { 0 };
+	scratch_buf stack = { 0 };
 	found to = { NULL, 0, limit };
 	WEFT_WITH_LOCK(&wlock)
 		retained_match(f, len, &to, &stack);
@@ -816,8 +816,8 @@ uint32_t topic_hash(const char *s, size_t n)
 /* Free the whole tree (at exit, after every task that reads it has ended). */
 void topic_free_all(void)
 {
-	route_buf stack = { 0 };
-	tnode **v = route_grow(&stack, sizeof(tnode *), 1);
+	scratch_buf stack = { 0 };
+	tnode **v = scratch_grow(&stack, sizeof(tnode *), 1);
 	v[0] = root;
 	stack.n = 1;
 	while (stack.n) {
@@ -826,7 +826,7 @@ void topic_free_all(void)
 		for (uint32_t i = 0; t && i <= t->mask; i++) {
 			tnode *c = atomic_load_explicit(&t->slot[i], memory_order_relaxed);
 			if (c && c != TOMB) {
-				v = route_grow(&stack, sizeof(tnode *), stack.n + 1);
+				v = scratch_grow(&stack, sizeof(tnode *), stack.n + 1);
 				v[stack.n++] = c;
 			}
 		}

@@ -88,7 +88,7 @@ static void writer(void *arg)
 {
 	conn *c = arg;
 	session *s = c->s;
-	ebr_reader rd = { 0 };
+	epoch_reader rd = { 0 };
 	for (;;) {
 		size_t left = c->wlen - c->woff;
 		ssize_t n = left ? -EIO : 0;
@@ -105,10 +105,10 @@ static void writer(void *arg)
 			bool more = false;
 			if (s->backlog) {
 				if (!rd.registered) /* epoch.c's lock is a leaf: fine under s's */
-					ebr_register(&rd);
-				ebr_enter(&rd);
+					epoch_register(&rd);
+				epoch_enter(&rd);
 				more = retained_drain(s);
-				ebr_leave(&rd);
+				epoch_leave(&rd);
 			}
 			if (s->out_len) {
 				size_t len;
@@ -125,7 +125,7 @@ static void writer(void *arg)
 		s->writing = false;
 		weft_cond_broadcast(&s->idle);
 		weft_mutex_unlock(&s->lock);
-		ebr_unregister(&rd);
+		epoch_unregister(&rd);
 		return;
 	}
 }
