@@ -1,24 +1,28 @@
 /*
- * broker.h - the parts of weft-mqtt and how they meet (docs/weft-mqtt.md has the picture).
+ * broker.h - the parts of weft-mqtt and how they meet (docs/weft-mqtt.md, "Architecture" and
+ * "Folders"), in a section per file. The folders are layers, lowest first; a folder uses only
+ * the folders below it (apps/mqtt/tests/layers.sh checks it on the objects):
  *
- *   conn.c     one task per client connection: reads, decodes, runs the protocol
- *   session.c  what outlives a connection (subscriptions' owner, will, who owns it); the
- *              session table; attach, take-over, detach, expiry
- *   delivery.c how messages reach a session: output, packet ids, the inflight window, the
- *              queue, acknowledgements
- *   writer.c   writing a session's output to the socket in batches; the writer task
- *   topic.c    the subscription and retained-message tree, matched without a global lock
- *   retained.c the retained messages a SUBSCRIBE sends: a backlog drained as room frees,
- *              within a budget per client and in all
- *   subscribe.c SUBSCRIBE and UNSUBSCRIBE; the subscriptions a session keeps
- *   epoch.c    epoch-based reclamation, which makes that lock-free matching safe
- *   msg.c      reference-counted messages, decoded once and shared by every receiver
- *   pool.c     per-worker free lists, so the publish path takes no allocator lock
- *   stats.c    per-worker counters and the $SYS/broker/ topics
- *   config.c   options and mosquitto-syntax configuration files
- *   access.c   password_file and acl_file as the broker uses them (auth.c, acl.c do the work)
- *   persist.c  persistence: what goes to the store (store.c) and when acknowledgements wait
- *   bridge.c   bridges to other brokers: a conn whose peer is a server (bridge.h)
+ *   wire/    codec.c, encode.c: the protocol's bytes (codec.h), no broker state
+ *   base/    conf.c (the configuration's values), pool.c (per-worker free lists), msg.c
+ *            (reference-counted messages, decoded once), epoch.c (epoch-based reclamation, which
+ *            makes the lock-free matching safe), stats.c (counters), scratch.c (a batch's
+ *            growable arrays), ratelimit.c, textfile.c
+ *   access/  access.c: password_file and acl_file as the broker asks (auth.c, acl.c, pace.c)
+ *   persist/ persist.c: what goes to the store (store.c) and when acknowledgements wait
+ *   route/   topic.c (the subscription and retained tree, matched without a global lock),
+ *            retained.c (the retained messages a SUBSCRIBE sends), session.c (what outlives a
+ *            connection), delivery.c (how messages reach a session), writer.c (a session's
+ *            output to its socket), deadline.c (when offline sessions need the reaper)
+ *   conn/    one task per connection: conn.c, loop.c, handle_*.c (one per packet), login.c,
+ *            acks.c, output.c, kick.c, tls.c, ws.c (conn.h is theirs alone)
+ *   bridge/  bridges to other brokers: a conn whose role is a bridge's (bridge.h)
+ *   top      main.c, config.c (the parser), metrics.c, sys.c ($SYS), restore.c (the store
+ *            read back at start)
+ *
+ * Where a lower layer must reach a higher one, it calls through a table the higher one fills:
+ * peer_ops (route/ -> a session's connection), conn_role (conn/ -> a client's or a bridge's
+ * role), msg_stored_release (base/ -> persist/).
  */
 #ifndef WEFT_MQTT_BROKER_H
 #define WEFT_MQTT_BROKER_H
@@ -34,7 +38,7 @@
 
 #define WEFT_MQTT_VERSION "weft-mqtt 0.1.0"
 
-/* ---- configuration (config.c) -------------------------------------------------------------- */
+/* ---- configuration (base/conf.c; config.c parses) ------------------------------------------ */
 
 #define MAX_LISTENERS 8
 
@@ -136,32 +140,36 @@ static inline msg *msg_ref(msg *m)
 	return m;
 }
 void msg_unref(msg *m);
+/* The hook persist.c installs when persistence is on: the last reference to a message with a
+ * store id (m->smid) went. msg.c sits below the store and so calls it through this pointer,
+ * only for a stored message (smid set, which only persist.c does). */
+extern void (*msg_stored_release)(uint64_t smid);
 bool msg_expired(const msg *m, int64_t now);
 
 /* ---- epoch-based reclamation (epoch.c) ----------------------------------------------------- */
 
-typedef struct ebr_reader {
+typedef struct epoch_reader {
 	_Atomic uint64_t epoch;      /* 0: outside a read section */
-	struct ebr_reader *next, *prev;
+	struct epoch_reader *next, *prev;
 	int registered;
-} ebr_reader;
+} epoch_reader;
 
-void ebr_register(ebr_reader *r);
-void ebr_unregister(ebr_reader *r);
-void ebr_enter(ebr_reader *r);
-void ebr_leave(ebr_reader *r);
+void epoch_register(epoch_reader *r);
+void epoch_unregister(epoch_reader *r);
+void epoch_enter(epoch_reader *r);
+void epoch_leave(epoch_reader *r);
 /* Free p with fn once no read section that could have seen it is still open. */
-void ebr_retire(void *p, void (*fn)(void *));
+void epoch_retire(void *p, void (*fn)(void *));
 /* Free what can be freed now (the reaper calls it; so does shutdown with force). */
-void ebr_collect(int force);
+void epoch_collect(int force);
 
 /* ---- sessions (session.c) ------------------------------------------------------------------ */
 
 struct conn;
 
 /* One message waiting for a client: queued, or inflight (sent, not yet acknowledged). */
-typedef struct dlv {
-	struct dlv *next;
+typedef struct delivery {
+	struct delivery *next;
 	msg *m;
 	uint16_t pid;
 	uint8_t qos, retain;
@@ -169,7 +177,7 @@ typedef struct dlv {
 	uint8_t nsub;
 	uint32_t subid[4];
 	uint64_t mid;              /* its delivery row in the store (persist.c), 0: not stored */
-} dlv;
+} delivery;
 
 /* A subscription a session holds (to remove them all when it ends). */
 typedef struct subrec {
@@ -207,9 +215,9 @@ typedef struct session {
 	/* outbound */
 	uint8_t *out;              /* encoded packets not yet written */
 	size_t out_len, out_cap;
-	dlv *inflight, *inflight_tail;
+	delivery *inflight, *inflight_tail;
 	uint32_t ninflight;
-	dlv *queue, *queue_tail;
+	delivery *queue, *queue_tail;
 	uint32_t nqueued;
 	uint64_t queued_bytes;     /* payload bytes of the queue (max_queued_bytes) */
 	uint16_t next_pid;
@@ -303,12 +311,15 @@ void session_resume(session *s, struct conn *by);
 session *session_restore(const char *id, uint16_t n, uint8_t version, uint32_t expiry_interval,
 			 int64_t expire_at, const char *owner, uint16_t owner_len,
 			 bool owner_known);
-void session_restore_dlv(session *s, const dlv *d);
+void session_restore_delivery(session *s, const delivery *d);
 /* At start, from the store: s's will, waiting to be published at `at` (weft_now clock). */
 void session_restore_will(session *s, msg *will, uint32_t delay, uint32_t expiry, int64_t at);
 session *session_find(const char *id, uint16_t n);
-/* Note a subscription in s's list (subscribe.c). */
+/* Note a subscription in s's list (session.c; the SUBSCRIBE handler and restore.c call it). */
 void subrec_add(session *s, const uint8_t *f, uint16_t len);
+/* Whether s's list has the filter; take it out (and end a retained backlog pending for it). */
+bool subrec_has(session *s, const uint8_t *f, uint16_t len);
+void subrec_del(session *s, const uint8_t *f, uint16_t len);
 /* Publish the delayed wills and end the offline sessions whose time has come. */
 void sessions_reap(int64_t now);
 /* deadline.c: the offline sessions that have a deadline, earliest first. deadline_set (under
@@ -426,23 +437,37 @@ void access_unbind(session *s);
 
 struct conn;
 extern bool persist_on;
-/* Open the store and load it (start); close it (after the connections ended). */
-int persist_open(void);
-void persist_close(void);
+/* Open the store and read it back through cb (arg given to each), then turn persistence on:
+ * 0, or -1 with a message (restore.c, which knows where what is read goes, calls it at start).
+ * Persistence is still off (persist_start turns it on).
+ * Close it after the connections ended: open_conns says how many did not (the store is then
+ * left as it is). */
+struct store_callbacks;
+int persist_open(const struct store_callbacks *cb, void *arg);
+/* After the load: persistence on (the store's writes begin). */
+void persist_start(void);
+void persist_close(long open_conns);
+/* At start: open the store and rebuild the sessions, subscriptions, queues, wills and retained
+ * messages it holds (restore.c): 0, or -1 with a message. */
+int restore_open(void);
+/* Times as the store keeps them (Unix seconds) as weft_now deadlines: due times (rounded up),
+ * and the seconds left of a message expiry (0: none; 1 at least). */
+int64_t persist_mono_from_unix(int64_t unix_s);
+uint32_t persist_seconds_left(int64_t unix_s);
+/* c's batch waits, besides its own writes, for every write made so far (ack_earlier). */
+void persist_cover_earlier(struct conn *c);
 /* Store writes; `by` is the connection whose batch must wait for them before acknowledging
  * (NULL: nobody waits). Lock of s held for persist_session, _enqueue, _inflight and _ack. */
 void persist_session(session *s, bool connected, struct conn *by);
 void persist_session_gone(session *s, struct conn *by);
 /* s's will was published: its row goes (lock of s held). */
 void persist_will_gone(session *s);
-/* The last reference to a message stored under smid went (msg_unref). */
-void persist_release(uint64_t smid);
 void persist_sub(session *s, const char *f, uint16_t len, uint8_t opts, uint32_t subid,
 		 struct conn *by);
 void persist_unsub(session *s, const char *f, uint16_t len, struct conn *by);
 /* These two return the write's ticket (<= 0 when nothing was written, -1 when it failed). */
-int64_t persist_enqueue(session *s, dlv *d, struct conn *by);
-int64_t persist_inflight(session *s, dlv *d);
+int64_t persist_enqueue(session *s, delivery *d, struct conn *by);
+int64_t persist_inflight(session *s, delivery *d);
 void persist_ack(session *s, uint16_t pid);
 void persist_rel(session *s, uint16_t pid, bool add, struct conn *by);
 void persist_retained(const msg *m, struct conn *by);
@@ -479,19 +504,63 @@ typedef struct alias_ent {
 } alias_ent;
 
 /* Scratch space of a publishing task: match results, frontier, dirty sessions. */
-typedef struct route_buf {
+typedef struct scratch_buf {
 	void *v;
 	uint32_t n, cap;
-} route_buf;
+} scratch_buf;
+/* Room for `need` elements of `elem` bytes in b (scratch.c): b->v, grown if needed. */
+void *scratch_grow(scratch_buf *b, size_t elem, uint32_t need);
+
+/* What route/ needs of whoever a session's output goes to (s->conn->peer). route/ sits below
+ * the connections (conn/) and the bridges (bridge/) and reaches them only through this table:
+ * one indirect call where a direct call was (a flush's write, a take-over's kick). A client's
+ * table is conn.c's (conn_client_peer); a bridge's is bridge.c's, which maps topics. */
+typedef struct peer_ops {
+	/* write to the socket as weft_write does (conn_write) */
+	ssize_t (*write)(struct conn *c, const void *buf, size_t n, int64_t deadline);
+	/* out[], taken whole, as it goes to the socket (conn_frame) */
+	uint8_t *(*frame)(struct conn *c, uint8_t *buf, size_t *len);
+	/* ask the connection to end (conn_kick) */
+	void (*kick)(struct conn *c, int reason);
+	/* an outgoing PUBLISH's topic in the peer's terms and its retain flag: 0, or -1 when it
+	 * cannot be sent (bridge_out_topic). NULL: the topic as it is. */
+	int (*out_topic)(struct conn *c, const msg *m, const char **topic, uint16_t *tlen,
+			 char **mapped, int *retain);
+} peer_ops;
+
+/* What conn/'s read loop asks of a connection's role: a client's (conn.c, conn_client_role)
+ * or a bridge's (bridge.c: we are the client of a remote broker). conn/ sits below bridge/ and
+ * calls it only through this table, instead of branching on "is it a bridge". */
+#define CONN_PASS 2
+typedef struct conn_role {
+	/* max_publish_rate applies to what the peer publishes */
+	bool publish_rate;
+	/* a packet after the CONNECT/CONNACK prelude: CONN_PASS to handle it as a client's, 0
+	 * when handled, or a negative reason code. NULL: every packet is a client's. */
+	int (*on_packet)(struct conn *c, const mq_packet *pk);
+	/* an incoming PUBLISH's topic: whether it may be published (false: dropped, counted and
+	 * acknowledged as not authorized); *topic, *tlen replaced when it is mapped (*mapped
+	 * then holds memory to free) */
+	bool (*in_topic)(struct conn *c, const uint8_t **topic, uint16_t *tlen, char **mapped);
+	/* keep-alive (c->keep_alive set): when to wake without input, last being when bytes last
+	 * came in; and on waking then, 0 to go on (a PINGREQ was sent) or -1 to end */
+	int64_t (*keepalive_deadline)(struct conn *c, int64_t last);
+	int (*keepalive_expired)(struct conn *c, int64_t last);
+	/* the last packets when the broker stops (written to out, cap bytes; their length).
+	 * NULL: a 5.0 DISCONNECT with the reason, as for any end. */
+	size_t (*goodbye)(struct conn *c, uint8_t *out, size_t cap);
+} conn_role;
 
 typedef struct conn {
+	const peer_ops *peer;     /* route/'s view of it */
+	const conn_role *role;    /* a client's, or a bridge's */
 	int fd;
 	uint8_t version;
 	bool loopback;
 	bool closing;             /* being torn down: set by conn_end, under the session's lock */
 	bool connected;           /* CONNECT accepted */
 	session *s;
-	ebr_reader rd;
+	epoch_reader reader;
 	struct conn *next, *prev; /* every connection, for shutdown and $SYS */
 	weft_task *task;
 	uint16_t keep_alive;
@@ -503,7 +572,7 @@ typedef struct conn {
 	alias_ent *out_alias;
 	uint16_t out_alias_max, out_alias_n;
 	/* batching */
-	route_buf match, front, front2, dirty;
+	scratch_buf match, front, front_next, dirty;
 	uint64_t batch;
 	/* writer state when the socket pushed back */
 	uint8_t *wbuf;
@@ -520,13 +589,23 @@ typedef struct conn {
 	struct ws *ws;            /* a WebSockets listener's client: the framing (ws.c), or NULL */
 	struct tls_conn *tls;     /* a TLS listener's client (tls.c), or NULL */
 	int64_t ticket;           /* the store's ticket this batch waits for (-1: store failed) */
-	route_buf acks;           /* PUBACK/PUBRECs held until the batch is durable */
+	scratch_buf acks;           /* PUBACK/PUBRECs held until the batch is durable */
 	const char *tls_user;     /* the certificate's CN under use_identity_as_username */
 	struct bridge *bridge;    /* a bridge's connection to its remote broker (bridge.c), or NULL */
 	bool peer_bridge;         /* the client is another broker's 3.1.1 bridge (level 0x84) */
 	bool peer_gone;           /* the client closed its end while max_publish_rate held it */
 } conn;
 
+/* A connection to a remote broker (bridge.c), its CONNACK already read, with the bridge's peer
+ * and role; registered like an accepted one and not yet running. NULL when out of memory. */
+struct bridge;
+conn *conn_open_bridge(int fd, struct tls_conn *t, struct bridge *b, int version,
+		       uint16_t keep_alive, const peer_ops *peer, const conn_role *role);
+/* Run c's read loop in the calling task until the connection ends (c is freed then); with no
+ * session attached (c->s NULL), only end it. */
+void conn_run(conn *c);
+extern const peer_ops conn_client_peer;
+extern const conn_role conn_client_role;
 /* Serve a client on fd (accepted from a listener speaking `protocol`, over TLS when tls is
  * not NULL) in a task of its own. */
 struct tls_ctx;
@@ -537,7 +616,11 @@ ssize_t conn_write(conn *c, const void *buf, size_t n, int64_t deadline);
  * client in one binary frame (a new pool buffer; buf is freed). *len is updated. */
 uint8_t *conn_frame(conn *c, uint8_t *buf, size_t *len);
 /* Note s as needing a flush at the end of c's current batch. */
-void conn_mark_dirty(conn *c, session *s);
+static inline void conn_mark_dirty(conn *c, session *s)
+{
+	session **v = scratch_grow(&c->dirty, sizeof(session *), c->dirty.n + 1);
+	v[c->dirty.n++] = s;
+}
 void conns_shutdown(void);
 long conns_count(void);
 /* Ask c to end (session take-over, shutdown): its task sees the socket shut (kick.c). */
@@ -551,11 +634,6 @@ void conn_refuse(conn *c, int version, int rc5, int rc3);
  * password's turn (pace.c) while keeping `held` bytes: 0, or -1 once refused (CONNACK sent)
  * or kicked (login.c). Sets c->user and c->user_proven. */
 int conn_login(conn *c, const mq_packet *pk, long held);
-void *route_grow(route_buf *b, size_t elem, uint32_t need);
-/* The SUBSCRIBE and UNSUBSCRIBE packets of c's client (subscribe.c): 0, or a negative reason
- * code to disconnect with. */
-int subscribe_packet(conn *c, mq_packet *pk);
-int unsubscribe_packet(conn *c, mq_packet *pk);
 
 /* ---- statistics (stats.c) ------------------------------------------------------------------ */
 
@@ -581,7 +659,7 @@ enum {
 void stats_init(void);
 void stats_add(int which, uint64_t n);
 uint64_t stats_sum(int which);
-/* The $SYS publisher task's body (runs until shutdown). */
+/* The $SYS publisher task's body (sys.c; runs until shutdown). */
 void stats_task(void *arg);
 extern int64_t broker_start;
 

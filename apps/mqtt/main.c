@@ -72,7 +72,7 @@ static void reaper(void *arg)
 		if (weft_sleep_until(weft_now() + 200000000) < 0)
 			return;
 		sessions_reap(weft_now());
-		ebr_collect(0);
+		epoch_collect(0);
 		pool_trim(weft_now());
 	}
 }
@@ -86,7 +86,7 @@ static int broker(void *arg)
 	pool_init();
 	stats_init();
 	topic_init();
-	if (persist_open() < 0)
+	if (restore_open() < 0)
 		return 1;
 	for (int i = 0; i < conf.nlisteners; i++) {
 		listener_conf *l = &conf.listeners[i];
@@ -164,7 +164,7 @@ static int broker(void *arg)
 		weft_cancel(st);
 		weft_join(st);
 	}
-	persist_close(); /* closes the store if every connection has ended */
+	persist_close(conns_count()); /* closes the store if every connection has ended */
 	if (conns_count()) { /* a connection would not end: exit without freeing under it */
 		fprintf(stderr, "weft-mqtt: %ld connections did not close\n", conns_count());
 		return 0;
@@ -173,9 +173,9 @@ static int broker(void *arg)
 	sessions_free_all();
 	for (int i = 0; i < conf.nlisteners; i++)
 		tls_ctx_free(ltls[i]);
-	ebr_collect(1);
+	epoch_collect(1);
 	topic_free_all();
-	ebr_collect(1);
+	epoch_collect(1);
 	stats_fini();
 	pool_fini();
 	rl_free(conn_rate);

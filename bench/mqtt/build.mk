@@ -14,11 +14,11 @@ $(B)/bin/mqtt-floor: bench/mqtt/floor.c | $(B)/bin
 
 # The benchmark is a script: it finds the load generator and the broker beside itself (in
 # $(B)/bin), so `make bench` builds the broker too.
-$(B)/bench/mqtt: bench/mqtt/run.sh $(B)/bench/mqtt-lib.sh $(B)/bin/weft-mqtt-load $(B)/bin/mqtt-floor | $(B)/bench $(if $(wildcard apps/mqtt/build.mk),$(B)/bin/weft-mqtt)
+$(B)/bench/mqtt: bench/mqtt/run.sh $(B)/bench/mqtt-lib.sh $(B)/bin/weft-mqtt-load $(B)/bin/mqtt-floor | $(B)/bench $(if $(wildcard apps/mqtt/weft-mqtt.mk),$(B)/bin/weft-mqtt)
 	cp $< $@
 	chmod +x $@
 # What persistence costs with persistent subscribers, weft-mqtt against mosquitto (persist.sh).
-$(B)/bench/mqtt-persist: bench/mqtt/persist.sh $(B)/bench/mqtt-lib.sh $(B)/bin/weft-mqtt-load | $(B)/bench $(if $(wildcard apps/mqtt/build.mk),$(B)/bin/weft-mqtt)
+$(B)/bench/mqtt-persist: bench/mqtt/persist.sh $(B)/bench/mqtt-lib.sh $(B)/bin/weft-mqtt-load | $(B)/bench $(if $(wildcard apps/mqtt/weft-mqtt.mk),$(B)/bin/weft-mqtt)
 	cp $< $@
 	chmod +x $@
 # Sourced by the two above; not executable, so that `make bench` does not run it.

@@ -5,7 +5,7 @@
 ifeq ($(ARCH),)
 TESTS += $(B)/tests/mqtt-e2e
 
-MQTT_E2E_BROKER := $(if $(wildcard apps/mqtt/build.mk),$(B)/bin/weft-mqtt)
+MQTT_E2E_BROKER := $(if $(wildcard apps/mqtt/weft-mqtt.mk),$(B)/bin/weft-mqtt)
 
 $(B)/tests/mqtt-e2e: tests/mqtt/e2e.sh $(MQTT_E2E_BROKER) | $(B)/tests
 	sed 's|@SRC@|$(CURDIR)/tests/mqtt|' $< > $@

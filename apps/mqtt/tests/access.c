@@ -44,13 +44,13 @@ static bool x_in_force(long p)
 static void reader(void *arg)
 {
 	(void)arg;
-	ebr_reader rd = { 0 };
-	ebr_register(&rd);
+	epoch_reader rd = { 0 };
+	epoch_register(&rd);
 	while (!atomic_load(&stop_readers)) {
 		long p1 = atomic_load(&phase);
-		ebr_enter(&rd);
+		epoch_enter(&rd);
 		bool rx = access_read(s, mx), ry = access_read(s, my);
-		ebr_leave(&rd);
+		epoch_leave(&rd);
 		long p2 = atomic_load(&phase);
 		if (p1 == p2 && p1 % 2 == 0) {
 			if (rx != x_in_force(p1) || ry == x_in_force(p1))
@@ -61,7 +61,7 @@ static void reader(void *arg)
 		}
 		weft_yield();
 	}
-	ebr_unregister(&rd);
+	epoch_unregister(&rd);
 }
 
 static int rebind_main(void *arg)
@@ -83,8 +83,8 @@ static int rebind_main(void *arg)
 	mx = msg_new("x/1", 3, NULL, "p", 1, 0, 0, 0);
 	my = msg_new("y/1", 3, NULL, "p", 1, 0, 0, 0);
 	msg *own = msg_new("own/dev1", 8, NULL, "p", 1, 0, 0, 0);
-	ebr_reader rd = { 0 };
-	ebr_register(&rd);
+	epoch_reader rd = { 0 };
+	epoch_register(&rd);
 	weft_task *r[3];
 	for (int i = 0; i < 3; i++)
 		r[i] = weft_spawn(reader, NULL);
@@ -96,24 +96,24 @@ static int rebind_main(void *arg)
 		atomic_fetch_add(&phase, 1);
 		long p = atomic_load(&phase);
 		/* this task too, which did not bind s: the new rules, at once */
-		ebr_enter(&rd);
+		epoch_enter(&rd);
 		CHECK_EQ(access_read(s, mx), x_in_force(p));
 		CHECK_EQ(access_read(s, my), !x_in_force(p));
 		CHECK(access_read(s, own)); /* the same client id, substituted again */
-		ebr_leave(&rd);
+		epoch_leave(&rd);
 		for (int i = 0; i < 3; i++)
 			weft_yield();
 		if (k % 64 == 0)
-			ebr_collect(0);
+			epoch_collect(0);
 	}
 	atomic_store(&stop_readers, 1);
 	for (int i = 0; i < 3; i++)
 		weft_join(r[i]);
-	ebr_unregister(&rd);
+	epoch_unregister(&rd);
 	fprintf(stderr, "%ld checks by the readers\n", atomic_load(&checked));
 	CHECK(atomic_load(&checked) > 0);
 	access_unbind(s);
-	ebr_collect(1);
+	epoch_collect(1);
 	acl_clear();
 	msg_unref(mx);
 	msg_unref(my);

@@ -1,5 +1,5 @@
 #!/bin/bash
-# mqtt-bridge: weft-mqtt's bridges (apps/mqtt/bridge.c) against a real mosquitto as the remote
+# mqtt-bridge: weft-mqtt's bridges (bridge/bridge.c) against a real mosquitto as the remote
 # broker, with mosquitto_pub and mosquitto_sub as the clients on both sides. A test binary for
 # tests/run.sh: `mqtt-bridge --list` prints the test names, `mqtt-bridge NAME` runs one.
 #

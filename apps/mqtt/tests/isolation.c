@@ -35,7 +35,7 @@
  * second into one connection) the good clients' p99 went from 0.1-0.8 ms to 0.6-6 ms on the
  * shared 2-core machine at load averages of 1 to 4 (ratios from 0.8 to 10 in successive runs),
  * and further when other work loaded it more. Before each connection yielded after a full read
- * buffer (conn.c) it went to 2.6-71 ms. With WEFT_WORKERS=1 the broker did better beside the
+ * buffer (conn/loop.c) it went to 2.6-71 ms. With WEFT_WORKERS=1 the broker did better beside the
  * flood (ratios 1.2 to 2.2): its one worker finds the other sockets ready itself between the
  * flood's bufferfuls, where with two a sleeping worker must first be given a core by the
  * kernel.

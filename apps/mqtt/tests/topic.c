@@ -40,9 +40,9 @@ static session *mk_online(conn *c)
 }
 
 /* Take the oldest delivery sent (inflight). */
-static dlv *pop_sent(session *s)
+static delivery *pop_sent(session *s)
 {
-	dlv *d = s->inflight;
+	delivery *d = s->inflight;
 	CHECK(d);
 	s->inflight = d->next;
 	if (!s->inflight)
@@ -52,9 +52,9 @@ static dlv *pop_sent(session *s)
 }
 
 /* Pop the oldest queued delivery (the caller frees nothing: drop() does). */
-static dlv *pop(session *s)
+static delivery *pop(session *s)
 {
-	dlv *d = s->queue;
+	delivery *d = s->queue;
 	CHECK(d);
 	s->queue = d->next;
 	if (!s->queue)
@@ -63,7 +63,7 @@ static dlv *pop(session *s)
 	return d;
 }
 
-static void drop(dlv *d)
+static void drop(delivery *d)
 {
 	msg_unref(d->m);
 	pool_free(d);
@@ -104,7 +104,7 @@ static void setup(void)
 static void teardown(void)
 {
 	topic_free_all();
-	ebr_collect(1);
+	epoch_collect(1);
 	stats_fini();
 	pool_fini();
 }
@@ -160,7 +160,7 @@ static int overlap_main(void *arg)
 	CHECK_EQ(sub(s, "o/x", 1, 0), 1); /* again: replaced, not added */
 	CHECK_EQ(pub("o/x", 2, 0, "p", NULL), 2); /* one delivery per session */
 	CHECK_EQ(queued(s), 1);
-	dlv *d = pop(s);
+	delivery *d = pop(s);
 	CHECK_EQ(d->qos, 2); /* the highest matching QoS */
 	CHECK_EQ(d->nsub, 2);
 	CHECK((d->subid[0] == 7 && d->subid[1] == 9) || (d->subid[0] == 9 && d->subid[1] == 7));
@@ -199,7 +199,7 @@ static int nolocal_main(void *arg)
 	CHECK_EQ(sub(t, "n", 2 | SUB_RAP, 0), 0);
 	CHECK_EQ(pub("n", 2, 1, "p", s), 1); /* s's own message: only t gets it */
 	CHECK_EQ(queued(s), 0);
-	dlv *d = pop(t);
+	delivery *d = pop(t);
 	CHECK_EQ(d->retain, 1); /* retain as published */
 	drop(d);
 	CHECK_EQ(pub("n", 2, 1, "p", t), 2);
@@ -270,7 +270,7 @@ static int retained_main(void *arg)
 {
 	(void)arg;
 	setup();
-	conn c = { 0 };
+	conn c = { .peer = &conn_client_peer, .role = &conn_client_role };
 	session *s = mk_online(&c);
 	pub("r/a", 1, 1, "one", NULL);
 	pub("r/a", 2, 1, "two", NULL); /* replaces */
@@ -292,7 +292,7 @@ static int retained_main(void *arg)
 		CHECK_EQ(s->ninflight, cases[i].want);
 		CHECK(!s->backlog); /* all sent: the window had room */
 		while (s->inflight) {
-			dlv *d = pop_sent(s);
+			delivery *d = pop_sent(s);
 			CHECK_EQ(d->retain, 1);
 			CHECK_EQ(d->subid[0], 5);
 			if (!strcmp(d->m->topic, "r/a"))
@@ -302,7 +302,7 @@ static int retained_main(void *arg)
 	}
 	/* capped at the subscription's QoS */
 	topic_send_retained(s, "r/a", 3, 1, 0, 0, NULL);
-	dlv *d = pop_sent(s);
+	delivery *d = pop_sent(s);
 	CHECK_EQ(d->qos, 1);
 	drop(d);
 	pool_free(s->out);
@@ -321,7 +321,7 @@ static int deep_main(void *arg)
 {
 	(void)arg;
 	setup();
-	conn c = { 0 };
+	conn c = { .peer = &conn_client_peer, .role = &conn_client_role };
 	session *s = mk_online(&c);
 	size_t n = 40000;
 	char *t = malloc(n + 1);
@@ -364,7 +364,7 @@ static void churn(void *arg)
 		sub(s, f, 2, 0);
 		topic_unsubscribe(s, f, (uint16_t)strlen(f));
 		if (i % 16 == 0)
-			ebr_collect(0);
+			epoch_collect(0);
 		weft_yield();
 	}
 }
@@ -434,7 +434,7 @@ static int prune_main(void *arg)
 		CHECK_EQ(topic_unsubscribe(s, f, (uint16_t)strlen(f)), 1);
 		snprintf(f, sizeof f, "keep/%d/x", i);
 		pub(f, 1, 1, "", NULL); /* cleared */
-		ebr_collect(0);
+		epoch_collect(0);
 	}
 	CHECK_EQ(topic_node_count(), base);
 	CHECK_EQ(topic_retained_count(), 0);
@@ -491,7 +491,7 @@ static int many_main(void *arg)
 	/* replaced: QoS 2 and a new id, still one delivery */
 	CHECK_EQ(sub(v[7], "many/x", 2, 77), 1);
 	CHECK_EQ(pub("many/x", 2, 0, "p", NULL), N + 1);
-	dlv *d = pop(v[7]);
+	delivery *d = pop(v[7]);
 	CHECK_EQ(d->qos, 2);
 	CHECK_EQ(d->nsub, 1);
 	CHECK_EQ(d->subid[0], 77);
@@ -550,7 +550,7 @@ static int wide_main(void *arg)
 		snprintf(f, sizeof f, "wide/%d", i);
 		CHECK_EQ(topic_unsubscribe(s, f, (uint16_t)strlen(f)), 1);
 		if (i % 1000 == 0)
-			ebr_collect(0);
+			epoch_collect(0);
 	}
 	CHECK(topic_bytes() <= bytes0 + 256);
 	CHECK_EQ(pub("wide/keep", 1, 0, "p", NULL), 1);
@@ -592,7 +592,7 @@ static void crowd_churn(void *arg)
 			topic_unsubscribe(come_go[k], "$share/g/g/x", 12);
 		}
 		if (i % 4 == 0)
-			ebr_collect(0);
+			epoch_collect(0);
 		weft_yield();
 	}
 }
@@ -612,9 +612,9 @@ static void crowd_publisher(void *arg)
 static int take(session *s, const char *t)
 {
 	int n = 0;
-	dlv *keep = NULL;
+	delivery *keep = NULL;
 	while (s->queue) {
-		dlv *d = pop(s);
+		delivery *d = pop(s);
 		if (!strcmp(d->m->topic, t)) {
 			n++;
 			drop(d);
@@ -624,7 +624,7 @@ static int take(session *s, const char *t)
 		}
 	}
 	while (keep) { /* back in the queue, for the next take */
-		dlv *d = keep;
+		delivery *d = keep;
 		keep = d->next;
 		d->next = s->queue;
 		s->queue = d;
@@ -725,7 +725,7 @@ static void free_by(conn *by)
 {
 	free(by->match.v);
 	free(by->front.v);
-	free(by->front2.v);
+	free(by->front_next.v);
 	free(by->dirty.v);
 }
 
@@ -742,7 +742,9 @@ static int backlog_qos0_main(void *arg)
 {
 	(void)arg;
 	setup();
-	conn c = { 0 }, by = { 0 }; /* by: the publisher, whose flushes wait for its batch's end */
+	/* by: the publisher, whose flushes wait for its batch's end */
+	conn c = { .peer = &conn_client_peer, .role = &conn_client_role },
+	     by = { .peer = &conn_client_peer, .role = &conn_client_role };
 	session *s = mk_online(&c);
 	static char big[OT_SIZE + 1];
 	memset(big, 'r', OT_SIZE);
@@ -819,7 +821,8 @@ static int backlog_qos1_main(void *arg)
 	(void)arg;
 	setup();
 	conf.max_queued_messages = 50;
-	conn c = { 0 }, by = { 0 };
+	conn c = { .peer = &conn_client_peer, .role = &conn_client_role },
+	     by = { .peer = &conn_client_peer, .role = &conn_client_role };
 	session *s = mk_online(&c);
 	char t[16], payload[101];
 	memset(payload, 'r', 100);
@@ -837,7 +840,7 @@ static int backlog_qos1_main(void *arg)
 		fprintf(stderr, "%u queued, over max_queued_messages 50\n", s->nqueued);
 	CHECK(s->nqueued <= 50);
 	int live = 0;
-	for (dlv *d = s->queue; d; d = d->next)
+	for (delivery *d = s->queue; d; d = d->next)
 		live += !d->retain;
 	CHECK(live > 0);
 	CHECK_EQ(stats_sum(ST_DROP_QUEUE_FULL) - full0, (uint64_t)(OT1_N - live));
@@ -846,7 +849,7 @@ static int backlog_qos1_main(void *arg)
 	static char had[OT1_N];
 	int retained = 0, got_live = 0;
 	while (s->inflight) {
-		dlv *d = s->inflight;
+		delivery *d = s->inflight;
 		int k = atoi(d->m->topic + 2);
 		if (d->retain) {
 			CHECK(!had[k]);
