@@ -16,7 +16,9 @@
 #   mosquitto (bridge_test.sh, which skips itself without mosquitto) and the layering of the
 #   objects (layers.sh). Not in cross builds: qemu-user cannot run a script.
 TESTS += $(B)/tests/mqtt_codec $(B)/tests/mqtt_topic $(B)/tests/mqtt_deadline $(B)/tests/mqtt_broker \
-	$(B)/tests/mqtt_access $(B)/tests/mqtt_kick
+	$(B)/tests/mqtt_broker_retained $(B)/tests/mqtt_access $(B)/tests/mqtt_kick
+# The broker's program tests share their harness (starting the broker, packets, clients).
+$(B)/tests/mqtt_broker $(B)/tests/mqtt_broker_retained: apps/mqtt/tests/broker_harness.h
 # The isolation test (tests/isolation.c: others' p99 beside a flooder and a slow reader): with
 # max_publish_rate in every `make test`; with the broker's defaults, where nothing limits the
 # flood and the 2x target is missed on a shared 2-core machine (see the file's header), only
@@ -26,7 +28,7 @@ mqtt-isolation: $(B)/tests/mqtt_isolation
 	ISO_UNLIMITED=1 sh tests/run.sh $<
 .PHONY: mqtt-isolation
 
-# The tests of the program (tests/broker.c) start the broker beside them: it is a prerequisite.
+# The tests of the program (tests/broker.c, broker_retained.c) start the broker beside them: it is a prerequisite.
 $(B)/tests/mqtt_%: apps/mqtt/tests/%.c $(MQTT_OBJ) tests/test.c tests/test.h $(B)/libweft.a $(B)/bin/weft-mqtt | $(B)/tests
 	$(CC) $(CFLAGS) -Itests $(MQTT_INC) $(LDFLAGS) -o $@ $< tests/test.c $(MQTT_OBJ) $(B)/libweft.a $(MQTT_LIBS) $(LDLIBS)
 
