@@ -1,7 +1,33 @@
 /*
  * monitor.c - the monitor thread: it rescues the queue of a worker held by one task, starts
  * spares and puts them away (standby), parks and unparks workers, and sleeps while every
- * worker does. It watches the workers of sched.c through sched_state.h.
+ * worker does. It watches the workers (sched.c, steal.c, idle.c) through sched_state.h, as
+ * Go's sysmon watches its Ps.
+ *
+ * Algorithm. Every MONITOR_NS it looks at each worker's switch count (tick):
+ *  - a worker whose count has not moved for STUCK_NS (BLOCKED_NS when its thread is blocked
+ *    in the kernel) while work waits in its queues is held: an idle worker is woken to take
+ *    that work, or, with none idle, a spare worker thread is started (rescue, start_spare);
+ *  - spares beyond those needed go to standby once more workers than cores have been free for
+ *    STANDBY_NS (spares_to_standby; idle.c puts them there on their way to sleep);
+ *  - at a light load it parks nominal workers, and unparks them as soon as work waits
+ *    (park_or_unpark);
+ *  - it watches what no worker's queue shows: fds left unpolled, and the global queue left
+ *    untaken.
+ * With every worker asleep it sleeps too (monitor_pause), so an idle program takes no
+ * wake-ups; the first worker to wake wakes it (monitor_resume).
+ *
+ * Invariants: only the monitor writes its own fields of struct worker (sched.h, the monitor
+ * group), `active` and `capped`; it sets `spares_to_standby`, which only idle.c counts down
+ * (claim_standby); a spare's record is made and counted in
+ * scheduler.nworkers before its thread runs, so it is never idle uncounted; `active` is
+ * stored before the look at a parked worker's `standby` (and the worker does the reverse), so
+ * an unpark is never missed.
+ *
+ * Rejected: starting a spare for every worker that looks stuck at once (a worker preempted
+ * by the kernel is runnable, not stuck: spare_helps waits a period to tell); the monitor
+ * polling fds itself (a second kind of poller beside idle.c's); no cap on spares (a program
+ * that needs thousands has lost its way, as Go's debug.SetMaxThreads says).
  */
 #define _GNU_SOURCE
 #include "monitor.h"
@@ -32,15 +58,15 @@
  * stuck. Then an idle worker is woken to steal that work (thieves take the stuck worker's
  * `next` slot and due timers too), or, when every worker is busy, a spare worker thread is
  * started (Go's sysmon hands the P to a new M the same way). A spare goes to standby once
- * the worker it was started for is back (standby()), and is woken again when needed. */
+ * the worker it was started for is back (idle.c, standby()), and is woken again when needed. */
 #define MONITOR_NS 1000000
 /* A spare goes to standby once more workers than cores have been free this long ($WEFT_SPARE_MS
  * sets it): a program that holds a worker now and then (a loop of spawns, a long computation)
  * keeps its spares between the holds rather than hand their tasks over and call them back each
- * time (10^5 sleepers spawned in waves by weft_execute: 15% slower with 100 ms). */
+ * time. */
 #define STANDBY_NS 1000000000
 
-/* End v's standby: it comes back looking for work (standby()). */
+/* End v's standby: it comes back looking for work (idle.c, standby()). */
 static void resume(struct worker *v)
 {
 	atomic_store(&v->standby, false);
@@ -50,15 +76,15 @@ static void resume(struct worker *v)
 /*
  * Parking. At a light load a second worker costs more than it saves: the tasks it wakes for,
  * it steals with a fence (membarrier: an interrupt of the victim's core) or finds already run,
- * and every sleep and wake-up is a context switch on a second core. weft-mqtt at a fixed 10,000
- * msgs/s used 74 us of CPU per message on two workers against 44 on one. So the monitor keeps
+ * and every sleep and wake-up is a context switch on a second core: at a fixed modest message
+ * rate, a server uses more CPU per message on two workers than on one. So the monitor keeps
  * only as many workers at work as the load needs, judging from their threads' CPU time and
  * their queues:
  *
  *  - It parks one when, over PARK_WINDOW_NS, the active workers together used less CPU time
  *    than one fewer could have given (their spinning counts too, so two workers at a light
  *    load use more of it than one would). The parked worker, the highest active id, goes to
- *    standby on its way to sleep (take_surplus), handing over what it still holds, and
+ *    standby on its way to sleep (idle.c, claim_standby), handing over what it still holds, and
  *    sched_wake_idle no longer finds it.
  *  - It unparks one as soon as work waits: two tasks or more queued on an active worker (its
  *    ring and `next`), or any in its inbox, at UNPARK_QUEUED looks in a row; or every active
@@ -96,11 +122,11 @@ static bool nudge_to_standby(void);
 /* Bring back the lowest parked worker; false if none is parked. */
 static bool unpark(void)
 {
-	int active = atomic_load(&S.active);
-	if (active >= S.nominal)
+	int active = atomic_load(&scheduler.active);
+	if (active >= scheduler.nominal)
 		return false;
-	atomic_store(&S.active, active + 1); /* before the look at `standby`: see standby() */
-	struct worker *v = S.w[active];
+	atomic_store(&scheduler.active, active + 1); /* before the look at `standby`: see idle.c */
+	struct worker *v = scheduler.workers[active];
 	if (atomic_load(&v->standby))
 		resume(v);
 	v->park_cpu = thread_cpu(v);
@@ -115,7 +141,7 @@ static int64_t active_cpu(int active, int64_t *least)
 	int64_t sum = 0;
 	*least = INT64_MAX;
 	for (int i = 0; i < active; i++) {
-		struct worker *w = S.w[i];
+		struct worker *w = scheduler.workers[i];
 		int64_t c = thread_cpu(w), used = c >= 0 && w->park_cpu >= 0 ? c - w->park_cpu : 0;
 		w->park_cpu = c;
 		sum += used;
@@ -132,11 +158,11 @@ static bool work_waits(struct worker *w)
 /* At every look of the monitor (MONITOR_NS). */
 static void park_or_unpark(int64_t now)
 {
-	int active = atomic_load(&S.active);
+	int active = atomic_load(&scheduler.active);
 	bool waits = false;
 	for (int i = 0; i < active; i++) {
-		waits |= work_waits(S.w[i]);
-		park.held |= now - S.w[i]->moved_at >= STUCK_NS; /* as free_to_work() says */
+		waits |= work_waits(scheduler.workers[i]);
+		park.held |= now - scheduler.workers[i]->moved_at >= STUCK_NS; /* as free_to_work() says */
 	}
 	park.queued = waits ? park.queued + 1 : 0;
 	if (park.queued >= UNPARK_QUEUED && unpark())
@@ -163,7 +189,7 @@ static void park_or_unpark(int64_t now)
 	if (park.window_ns < PARK_WINDOW_NS)
 		return;
 	if (park.window_cpu < (active - 1) * park.window_ns) {
-		atomic_store(&S.active, active - 1);
+		atomic_store(&scheduler.active, active - 1);
 		nudge_to_standby();
 	}
 	park.window_cpu = park.window_ns = 0;
@@ -179,8 +205,8 @@ static bool has_work(struct worker *w, int64_t now)
  * Spare workers the monitor may start: $WEFT_MAX_SPARES, else MAX_SPARES, or RLIMIT_NPROC when
  * that is lower (threads beyond it would not start anyway). Each spare stands for a worker held
  * in a call the shim does not cover, or in one it leaves to libc because the task holds a
- * pthread lock (shim.c), so the cap bounds how many such calls wait at once: with the cap at
- * max(4, workers), 200 tasks each blocked 20 ms took 700 ms. Go has no cap of its own on the
+ * pthread lock (shim.c), so the cap bounds how many such calls wait at once: a small cap makes
+ * many blocked tasks wait for each other in turns. Go has no cap of its own on the
  * threads blocked in system calls but stops the program at 10,000 (debug.SetMaxThreads): a
  * program that needs more is more likely to have lost its way. The records of spares are made
  * as they start, so a high cap costs nothing until used; only arrays indexed by worker id
@@ -204,20 +230,20 @@ static int max_spares(void)
  * behind held workers wait for them. Said once a run. */
 static void spares_ran_out(int err)
 {
-	if (S.capped)
+	if (scheduler.capped)
 		return;
-	S.capped = true;
+	scheduler.capped = true;
 	if (err)
 		fprintf(stderr, "weft: could not start a spare worker (%s) with %d running: tasks "
 				"queued behind workers held in blocking calls wait for them\n",
-			strerror(err), atomic_load(&S.n));
-	else if (S.cap == S.nominal)
+			strerror(err), atomic_load(&scheduler.nworkers));
+	else if (scheduler.cap == scheduler.nominal)
 		fputs("weft: WEFT_MAX_SPARES=0: tasks queued behind workers held in blocking calls "
 		      "wait for them\n", stderr);
 	else
 		fprintf(stderr, "weft: all %d spare workers are in use (WEFT_MAX_SPARES): tasks "
 				"queued behind workers held in blocking calls wait for them\n",
-			S.cap - S.nominal);
+			scheduler.cap - scheduler.nominal);
 }
 
 /* A parked worker goes back to work, else a spare in standby does; else a new one starts. */
@@ -225,33 +251,34 @@ static void start_spare(void)
 {
 	if (unpark())
 		return;
-	int n = atomic_load(&S.n);
-	for (int i = S.nominal; i < n; i++) {
-		struct worker *v = S.w[i];
+	int n = atomic_load(&scheduler.nworkers);
+	for (int i = scheduler.nominal; i < n; i++) {
+		struct worker *v = scheduler.workers[i];
 		if (atomic_load(&v->standby)) {
 			resume(v);
 			return;
 		}
 	}
-	if (n >= S.cap) {
+	if (n >= scheduler.cap) {
 		spares_ran_out(0);
 		return;
 	}
-	struct worker *w = S.w[n] ? S.w[n] : sched_new_worker(n); /* kept if a start failed */
+	/* kept if a start failed */
+	struct worker *w = scheduler.workers[n] ? scheduler.workers[n] : sched_new_worker(n);
 	if (!w) {
 		spares_ran_out(ENOMEM);
 		return;
 	}
-	/* Counted before it runs: it must never be idle without being one of S.n (the deadlock
-	 * check compares the two). Its queues are empty until then. */
+	/* Counted before it runs: it must never be idle without being one of scheduler.nworkers
+	 * (the deadlock check compares the two). Its queues are empty until then. */
 	w->started = true;
 	w->seen_since = weft_now(); /* for the monitor, which alone calls this */
 	w->blocked = -1;
-	atomic_store_explicit(&S.n, n + 1, memory_order_release);
+	atomic_store_explicit(&scheduler.nworkers, n + 1, memory_order_release);
 	int err = pthread_create(&w->thread, NULL, sched_worker_thread, w);
 	if (err) {
 		w->started = false;
-		atomic_store_explicit(&S.n, n, memory_order_release);
+		atomic_store_explicit(&scheduler.nworkers, n, memory_order_release);
 		spares_ran_out(err);
 	}
 }
@@ -284,9 +311,9 @@ static bool runnable(struct worker *w)
 
 int monitor_running(const weft_task *t, int64_t now, int64_t *ns, bool *in_kernel)
 {
-	int n = atomic_load(&S.n);
+	int n = atomic_load(&scheduler.nworkers);
 	for (int i = 0; i < n; i++) {
-		struct worker *w = S.w[i];
+		struct worker *w = scheduler.workers[i];
 		if (!w || w->cur != t)
 			continue;
 		uint32_t seen = atomic_load_explicit(&w->run_tick, memory_order_acquire);
@@ -326,16 +353,16 @@ static bool spare_helps(struct worker *w, int64_t now)
  * lock: shim.c). Waiting out a time slice is for threads the kernel may merely have preempted,
  * which are runnable; a blocked one may stay so for as long as its call lasts, as Go's sysmon
  * assumes of a thread in a system call when it hands its P over after 20 us to 10 ms. The
- * state is read once a spell below STUCK_NS (a /proc read, 10-20 us): a computing task is
- * looked at once, not every millisecond. With 200 tasks each blocked 20 ms, spares then
- * double every 2-3 ms instead of every 11.
+ * state is read once a period below STUCK_NS (a /proc read, tens of microseconds): a computing
+ * task is looked at once, not every millisecond, and spares for many blocked tasks start
+ * several times as fast as waiting STUCK_NS for each would.
  */
 static bool held_long(struct worker *w, int64_t now)
 {
 	int64_t held = now - w->seen_since;
 	if (held >= STUCK_NS)
 		return true;
-	if (held < BLOCKED_NS || atomic_load(&w->in_idle) || atomic_load(&w->resting))
+	if (held < BLOCKED_NS || atomic_load(&w->in_idle) || atomic_load(&w->sleeping_off_list))
 		return false;
 	if (w->blocked < 0)
 		w->blocked = !runnable(w);
@@ -347,16 +374,16 @@ static bool held_long(struct worker *w, int64_t now)
  * given back under the lock, as sched_wake_idle does, and for the same reason. */
 static void wake_one_idle(void)
 {
-	atomic_fetch_add(&S.nspinning, 1);
-	pthread_mutex_lock(&S.idle_lock);
-	struct worker *v = S.idle;
+	atomic_fetch_add(&scheduler.nspinning, 1);
+	pthread_mutex_lock(&scheduler.idle_lock);
+	struct worker *v = scheduler.idle;
 	if (v) {
 		sched_idle_remove(v);
 		v->spinning = true;
 	} else {
-		atomic_fetch_sub(&S.nspinning, 1);
+		atomic_fetch_sub(&scheduler.nspinning, 1);
 	}
-	pthread_mutex_unlock(&S.idle_lock);
+	pthread_mutex_unlock(&scheduler.idle_lock);
 	if (v)
 		sched_wake_worker(v);
 }
@@ -365,7 +392,7 @@ static void wake_one_idle(void)
  * again). */
 static bool rescue(struct worker *w, int64_t now)
 {
-	if (atomic_load(&S.nidle) == 0) {
+	if (atomic_load(&scheduler.nidle) == 0) {
 		if (now - park.unparked_at < STUCK_NS)
 			return false; /* a worker just unparked is on its way to take that queue */
 		if (w->blocked <= 0 && !spare_helps(w, now))
@@ -379,16 +406,16 @@ static bool rescue(struct worker *w, int64_t now)
 
 /* More workers are free than there are cores, or one was parked: a spare or a parked worker
  * asleep on the idle list is woken, to go to standby (it does so only on its way to sleep:
- * take_surplus), where sched_wake_idle no longer finds it. */
+ * claim_standby), where sched_wake_idle no longer finds it. */
 static bool nudge_to_standby(void)
 {
-	pthread_mutex_lock(&S.idle_lock);
-	struct worker *v = S.idle;
-	while (v && v->id < S.nominal && !parked(v))
+	pthread_mutex_lock(&scheduler.idle_lock);
+	struct worker *v = scheduler.idle;
+	while (v && v->id < scheduler.nominal && !parked(v))
 		v = v->idle_link;
 	if (v)
 		sched_idle_remove(v);
-	pthread_mutex_unlock(&S.idle_lock);
+	pthread_mutex_unlock(&scheduler.idle_lock);
 	if (v)
 		sched_wake_worker(v);
 	return v;
@@ -398,11 +425,10 @@ static bool nudge_to_standby(void)
  * Kept a while, spares spare a program that holds a worker now and then the hand-over and the
  * call back (see STANDBY_NS); but after a burst of blocking calls had started a hundred, they
  * took the work of the two workers between them for that second, and the kernel time-sliced
- * them: 800,000 channel packets took 100-660 ms instead of 60-160. This many is what weft
- * kept before their number was a setting. */
+ * them, slowing a channel-bound program several times over. */
 static int spares_kept(void)
 {
-	return S.nominal > 4 ? S.nominal : 4;
+	return scheduler.nominal > 4 ? scheduler.nominal : 4;
 }
 
 /* With every worker asleep the monitor pauses, unless spares beyond those kept are still on
@@ -410,7 +436,8 @@ static int spares_kept(void)
  * on, nudging them to standby, until they are there. */
 static bool spares_to_put_away(void)
 {
-	return atomic_load(&S.n) - atomic_load(&S.nstandby) > S.nominal + spares_kept();
+	return atomic_load(&scheduler.nworkers) - atomic_load(&scheduler.nstandby) >
+	       scheduler.nominal + spares_kept();
 }
 
 /* Time stuck counts from now: at the monitor's start (before it, the workers were starting,
@@ -419,15 +446,16 @@ static bool spares_to_put_away(void)
 static void monitor_start_clocks(void)
 {
 	int64_t now = weft_now();
-	for (int i = 0; i < atomic_load(&S.n); i++)
-		S.w[i]->seen_since = S.w[i]->moved_at = now, S.w[i]->blocked = -1;
+	for (int i = 0; i < atomic_load(&scheduler.nworkers); i++)
+		scheduler.workers[i]->seen_since = scheduler.workers[i]->moved_at = now,
+		scheduler.workers[i]->blocked = -1;
 }
 
 /* Whether w is free to take work, as far as the monitor can tell: not in standby, and not held
  * by one task for STUCK_NS (blocked in a call the shim does not cover, or computing). */
 static bool free_to_work(struct worker *w, uint32_t tick, int64_t now)
 {
-	if (tick != w->moved_tick || atomic_load(&w->in_idle) || atomic_load(&w->resting)) {
+	if (tick != w->moved_tick || atomic_load(&w->in_idle) || atomic_load(&w->sleeping_off_list)) {
 		w->moved_tick = tick;
 		w->moved_at = now;
 	}
@@ -435,26 +463,26 @@ static bool free_to_work(struct worker *w, uint32_t tick, int64_t now)
 }
 
 /* With every worker asleep nothing can be stuck: the monitor sleeps too, so that an idle
- * program takes no wake-ups at all, until a worker leaves idle() (monitor_resume). The flag
- * is set before the last look at nidle, and a worker clears it after leaving the idle list
- * (both seq_cst): one of the two sees the other. */
+ * program takes no wake-ups at all, until a worker leaves its idle sleep (idle.c,
+ * monitor_resume). The flag is set before the last look at nidle, and a worker clears it after
+ * leaving the idle list (both seq_cst): one of the two sees the other. */
 static void monitor_pause(void)
 {
-	atomic_store(&S.monitor_off, 1);
-	if (all_asleep() && !atomic_load(&S.stop))
-		futex_wait(&S.monitor_off, 1, INT64_MAX);
-	atomic_store(&S.monitor_off, 0);
+	atomic_store(&scheduler.monitor_off, 1);
+	if (all_asleep() && !atomic_load(&scheduler.stop))
+		futex_wait(&scheduler.monitor_off, 1, INT64_MAX);
+	atomic_store(&scheduler.monitor_off, 0);
 	monitor_start_clocks(); /* the time asleep is nobody's time stuck */
 }
 
 void monitor_resume(void)
 {
-	if (atomic_load(&S.monitor_off) && atomic_exchange(&S.monitor_off, 0)) {
+	if (atomic_load(&scheduler.monitor_off) && atomic_exchange(&scheduler.monitor_off, 0)) {
 		/* the coarse clock stood still while the monitor slept: the tasks about to run
-		 * must not park with the time it fell asleep (a 1 ms sleep showed in dumps as
-		 * seconds); the monitor takes over again from its next look */
+		 * must not park with the time it fell asleep (a short sleep would show in
+		 * dumps as the whole pause); the monitor takes over again from its next look */
 		atomic_store_explicit(&sched_coarse_now, weft_now(), memory_order_relaxed);
-		futex_wake(&S.monitor_off, 1);
+		futex_wake(&scheduler.monitor_off, 1);
 	}
 }
 
@@ -463,20 +491,22 @@ void *monitor_thread(void *arg)
 	(void)arg;
 	weft_unpin(); /* started by worker 0: its CPU set (affinity.c) */
 	monitor_start_clocks();
-	int64_t gq_since = weft_now(); /* since when the global queue has waited for everyone */
-	int64_t gq_untaken = gq_since; /* since when nobody has taken from it, */
-	uint32_t gq_taken = 0;         /* which S.gq_taken tells */
-	int64_t spare_since = 0;       /* since when more workers have been free than cores */
-	while (!atomic_load(&S.stop)) {
+	/* since when the global queue has waited for everyone; since when nobody has taken from
+	 * it, which scheduler.global_takes tells; since when more workers have been free than
+	 * cores */
+	int64_t global_waited_since = weft_now(), global_untaken_since = global_waited_since;
+	uint32_t global_takes_seen = 0;
+	int64_t spare_since = 0;
+	while (!atomic_load(&scheduler.stop)) {
 		/* Not while tasks wait in the global queue: every worker asleep beside them is a
 		 * wake-up lost, which the watch of the queue below makes up for. */
-		if (all_asleep() && !spares_to_put_away() && !atomic_load(&S.gq_n))
+		if (all_asleep() && !spares_to_put_away() && !atomic_load(&scheduler.global_len))
 			monitor_pause();
 		int64_t now = weft_now();
 		atomic_store_explicit(&sched_coarse_now, now, memory_order_relaxed);
-		int n = atomic_load(&S.n), free = 0;
+		int n = atomic_load(&scheduler.nworkers), free = 0;
 		for (int i = 0; i < n; i++) {
-			struct worker *w = S.w[i];
+			struct worker *w = scheduler.workers[i];
 			uint32_t tick = atomic_load_explicit(&w->tick, memory_order_relaxed);
 			if (tick != atomic_load_explicit(&w->run_tick, memory_order_relaxed)) {
 				atomic_store_explicit(&w->run_since, now, memory_order_relaxed);
@@ -493,24 +523,24 @@ void *monitor_thread(void *arg)
 				w->blocked = -1;
 			}
 		}
-		if (free <= S.nominal)
+		if (free <= scheduler.nominal)
 			spare_since = 0;
 		else if (!spare_since)
 			spare_since = now;
-		bool spare_idle = spare_since && now - spare_since >= S.standby_ns;
-		int surplus = free - S.nominal;
-		if (!spare_idle && surplus > 0)
-			surplus = surplus > spares_kept() ? surplus - spares_kept() : 0;
-		atomic_store(&S.surplus, surplus);
-		for (int k = 0; k < surplus && nudge_to_standby(); k++)
+		bool spare_idle = spare_since && now - spare_since >= scheduler.standby_ns;
+		int unneeded = free - scheduler.nominal;
+		if (!spare_idle && unneeded > 0)
+			unneeded = unneeded > spares_kept() ? unneeded - spares_kept() : 0;
+		atomic_store(&scheduler.spares_to_standby, unneeded);
+		for (int k = 0; k < unneeded && nudge_to_standby(); k++)
 			;
-		if (S.parking)
+		if (scheduler.parking)
 			park_or_unpark(now);
 		/*
 		 * Fds waited on and nobody polling for STUCK_NS: the poller went off to run a task
 		 * that now holds its worker (the poller is chosen as a worker goes to sleep, in
-		 * idle()), and the other idle workers sleep on their futexes. Wake one: it comes
-		 * back through idle() and polls.
+		 * idle.c), and the other idle workers sleep on their futexes. Wake one: it comes
+		 * back through idle_sleep() and polls.
 		 *
 		 * With none on the idle list, the worker that would have polled may be parked (a
 		 * light load parked it before the worker at work was held): the fds are left to the
@@ -523,12 +553,12 @@ void *monitor_thread(void *arg)
 		 * would add a thread beside workers that may only be preempted); the monitor
 		 * polling itself, as Go's sysmon does (the tasks it readied would wait in the
 		 * global queue for that watch to unpark, STUCK_NS more, and a second kind of poller
-		 * beside idle()'s); not parking while fds are waited on (a server's light load,
+		 * beside idle_sleep()'s); not parking while fds are waited on (a server's light load,
 		 * which parking is for, always has them).
 		 */
-		if (poll_waiters() > 0 && !atomic_load(&S.polling) &&
-		    now - atomic_load(&S.last_poll) >= STUCK_NS) {
-			if (atomic_load(&S.nidle))
+		if (poll_waiters() > 0 && !atomic_load(&scheduler.polling) &&
+		    now - atomic_load(&scheduler.last_poll) >= STUCK_NS) {
+			if (atomic_load(&scheduler.nidle))
 				sched_wake_idle();
 			else
 				unpark();
@@ -551,25 +581,25 @@ void *monitor_thread(void *arg)
 		 * state, and only the monitor sees the worker held afterwards. Nor would counting
 		 * sleeping workers as not free: a spare would start where a wake-up does. The
 		 * wait is STUCK_NS, not BLOCKED_NS: while tasks gather on a hot channel's home,
-		 * the others leave the queue to it (global_take) and it takes from it only every
+		 * the others leave the queue to it (steal_from_global) and it takes from it only every
 		 * GLOBAL_EVERY switches, so a shorter wait would wake workers that decline.
 		 */
-		int queued = atomic_load(&S.gq_n);
+		int queued = atomic_load(&scheduler.global_len);
 		if (free > 0 || !queued)
-			gq_since = now;
-		else if (now - gq_since >= STUCK_NS) {
+			global_waited_since = now;
+		else if (now - global_waited_since >= STUCK_NS) {
 			start_spare();
-			gq_since = now;
+			global_waited_since = now;
 		}
-		uint32_t taken = atomic_load_explicit(&S.gq_taken, memory_order_relaxed);
-		if (!queued || taken != gq_taken || !atomic_load(&S.nidle)) {
-			gq_taken = taken;
-			gq_untaken = now;
-		} else if (now - gq_untaken >= STUCK_NS) {
+		uint32_t taken = atomic_load_explicit(&scheduler.global_takes, memory_order_relaxed);
+		if (!queued || taken != global_takes_seen || !atomic_load(&scheduler.nidle)) {
+			global_takes_seen = taken;
+			global_untaken_since = now;
+		} else if (now - global_untaken_since >= STUCK_NS) {
 			wake_one_idle();
-			gq_untaken = now;
+			global_untaken_since = now;
 		}
-		futex_wait(&S.monitor_word, 0, now + MONITOR_NS);
+		futex_wait(&scheduler.monitor_word, 0, now + MONITOR_NS);
 	}
 	return NULL;
 }
@@ -578,12 +608,12 @@ void *monitor_thread(void *arg)
 void monitor_init(int n)
 {
 	const char *e = getenv("WEFT_SPARE_MS");
-	S.standby_ns = e && *e ? strtoll(e, NULL, 10) * 1000000 : STANDBY_NS;
-	atomic_store(&S.surplus, 0);
-	atomic_store(&S.active, n);
+	scheduler.standby_ns = e && *e ? strtoll(e, NULL, 10) * 1000000 : STANDBY_NS;
+	atomic_store(&scheduler.spares_to_standby, 0);
+	atomic_store(&scheduler.active, n);
 	e = getenv("WEFT_PARK");
-	S.parking = n > 1 && !(e && strcmp(e, "0") == 0);
+	scheduler.parking = n > 1 && !(e && strcmp(e, "0") == 0);
 	memset(&park, 0, sizeof park);
-	S.cap = n + max_spares();
-	S.capped = false;
+	scheduler.cap = n + max_spares();
+	scheduler.capped = false;
 }

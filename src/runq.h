@@ -2,7 +2,7 @@
  * runq.h - a worker's local run queue: a bounded ring, as in Go's runtime (proc.go runqput,
  * runqget, runqgrab). Only the owner pushes (at tail); the owner and thieves take from head
  * with a CAS, so stealing needs no lock; while no thief is at it, the owner takes without one
- * (runq_pop_alone; see own_begin in sched.c). A full ring spills half of itself to the global
+ * (runq_pop_alone; see own_begin in sched_state.h). A full ring spills half of itself to the global
  * queue.
  */
 #ifndef WEFT_RUNQ_H
@@ -57,7 +57,7 @@ static inline weft_task *runq_pop(struct runq *q)
 	}
 }
 
-/* Owner only, while no thief can take from q (sched.c, own_begin): runq_pop without the CAS. */
+/* Owner only, while no thief can take from q (sched_state.h, own_begin): runq_pop without the CAS. */
 static inline weft_task *runq_pop_alone(struct runq *q)
 {
 	uint32_t h = atomic_load_explicit(&q->head, memory_order_relaxed);

@@ -1147,28 +1147,6 @@ TEST(cancel_mid_stress_capacity_1_loses_nothing)
 	RUN(cancel_stress);
 }
 
-/* ---- how long contended tasks stay gathered -------------------------------------------------
- * Gathering lasts a spell after the last contention (sched.c, sched_note_contention). A spell
- * that lapsed with contention back within another spell was too short: the next is twice as
- * long, up to SCHED_GATHER_MAX_NS. A quiet time over two spells brings it back to the start. */
-
-TEST(the_gathering_spell_doubles_when_it_lapsed_too_soon_and_resets_after_quiet)
-{
-	const int64_t start = SCHED_CONTENDED_NS;
-	CHECK_EQ(sched_next_spell(start + 1, start), 2 * start);
-	CHECK_EQ(sched_next_spell(2 * start, start), 2 * start);
-	CHECK_EQ(sched_next_spell(2 * start + 1, start), start);
-	int64_t spell = start;
-	for (int i = 0; i < 20; i++)
-		spell = sched_next_spell(spell + 1, spell);
-	CHECK_EQ(spell, SCHED_GATHER_MAX_NS);
-	CHECK_EQ(sched_next_spell(3 * SCHED_GATHER_MAX_NS / 2, SCHED_GATHER_MAX_NS),
-		 SCHED_GATHER_MAX_NS);
-	CHECK_EQ(sched_next_spell(2 * SCHED_GATHER_MAX_NS + 1, SCHED_GATHER_MAX_NS), start);
-	CHECK_EQ(sched_next_spell(SCHED_GATHER_MAX_NS, 3 * SCHED_GATHER_MAX_NS / 4),
-		 SCHED_GATHER_MAX_NS); /* never past the cap */
-}
-
 /* ---- offer and poll never move a task ----------------------------------------------------
  * A task moves to another worker only at calls that may block (weft.h), even while a channel is
  * hot and the tasks that wait on it gather on one worker (chan.c, lock_slow). Tasks on two
