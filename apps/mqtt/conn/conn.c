@@ -12,7 +12,7 @@
  * another task), tls.c and ws.c (the transports; nocrypto.c stands in without OpenSSL).
  *
  * Roles. A client's connection and a bridge's differ where the read loop asks c->role
- * (conn_role, broker.h): the client's table is here, a bridge's in bridge/bridge.c. route/
+ * (conn_role, conn_public.h): the client's table is here, a bridge's in bridge/bridge.c. route/
  * reaches a connection only through c->peer (peer_ops): the client's table is here too.
  */
 #include <arpa/inet.h>

@@ -48,33 +48,38 @@ esac
 if [ "$1" = includes_only_folders_below ]; then
 	[ -d "$src" ] || { echo "mqtt-layers: no sources in $src"; exit 1; }
 	cd "$src" || exit 1
-	files=$(find . \( -name '*.c' -o -name '*.h' \) | sed 's|^\./||' | grep -v '^\(tests\|fuzz\)/' | sort)
-	# every header of the broker as "name folder"
+	hdrs=$(mktemp /tmp/weft-layers.XXXXXX)
+	trap 'rm -f "$hdrs"' EXIT
+	files=$(find . \( -name '*.c' -o -name '*.h' \) | sed 's|^\./||' |
+		grep -v '^\(tests\|fuzz\)/' | sort)
+	# every header of the broker as "name folder" (the top's: "name top")
 	for f in $files; do
 		case $f in *.h) ;; *) continue ;; esac
 		case $f in */*) d=${f%%/*} ;; *) d=top ;; esac
 		echo "${f##*/} $d"
-	done | sort > /tmp/weft-layers-headers.$$
-	trap 'rm -f /tmp/weft-layers-headers.$$' EXIT
+	done > "$hdrs"
+	bad=0
 	for f in $files; do
 		case $f in */*) d=${f%%/*} ;; *) d=top ;; esac
+		# "line header" for each #include "..."
 		grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" |
 			sed 's|^\([0-9]*\):[^"]*"\([^"]*\)".*|\1 \2|' |
-			awk -v file="$f" -v folder="$d" -v layers="$LAYERS" -v hdrs=/tmp/weft-layers-headers.$$ '
+			awk -v file="$f" -v folder="$d" -v layers="$LAYERS" -v hdrs="$hdrs" '
 			BEGIN { n = split(layers, l, " "); for (i = 1; i <= n; i++) rank[l[i]] = i
-				while ((getline line < hdrs) > 0) { split(line, h, " ")
-					if (h[1] in where) where[h[1]] = where[h[1]] " " h[2]
-					else where[h[1]] = h[2] } }
-			{ line = $1; name = $2; base = name; sub(/.*\//, "", base)
-			  if (!(base in where)) {
-				print "FAIL " file ":" line ": includes \"" name "\", not a header of the broker (use <...> for system headers and weft.h)"; bad = 1; next }
-			  if (where[base] ~ / /) {
-				print "FAIL " file ":" line ": includes \"" name "\", a name several folders use (" where[base] ")"; bad = 1; next }
-			  if (rank[where[base]] > rank[folder]) {
-				print "FAIL " file ":" line ": includes \"" name "\" of " where[base] "/, above " folder "/"; bad = 1 } }
+				while ((getline h < hdrs) > 0) { split(h, p, " ")
+					where[p[1]] = (p[1] in seen) ? where[p[1]] " " p[2] : p[2]
+					seen[p[1]] = 1 } }
+			{ at = "FAIL " file ":" $1 ": includes \"" $2 "\""; base = $2; sub(/.*\//, "", base)
+			  if (!(base in seen)) {
+				print at ", not a header of the broker (<...> is for system headers, weft.h)"
+				bad = 1 }
+			  else if (where[base] ~ / /) {
+				print at ", a name several folders use (" where[base] ")"; bad = 1 }
+			  else if (rank[where[base]] > rank[folder]) {
+				print at " of " where[base] "/, above " folder "/"; bad = 1 } }
 			END { exit bad }' || bad=1
 	done
-	exit ${bad:-0}
+	exit $bad
 fi
 if [ -n "$RUNNER" ]; then
 	echo "under an emulator (RUNNER=$RUNNER)"
