@@ -7,12 +7,16 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <weft.h>
+
 #include "bridge.h"
 #include "broker.h"
+#include "conf.h"
 #include "textfile.h"
 
 static int path(const char *file, int line, const char *opt, const char *v, char *out, size_t cap)

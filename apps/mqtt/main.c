@@ -9,19 +9,33 @@
  * reloads the password and ACL files (access.c) and the broker goes on.
  */
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <unistd.h>
 
+#include <weft.h>
+
+#include "access.h"
 #include "bridge.h"
 #include "broker.h"
+#include "conf.h"
+#include "conn_public.h"
+#include "epoch.h"
+#include "persist.h"
+#include "pool.h"
 #include "ratelimit.h"
+#include "session.h"
+#include "stats.h"
 #include "tls.h"
+#include "topic.h"
 
 void pool_fini(void);
 void stats_fini(void);

@@ -25,13 +25,25 @@
 #include <errno.h>
 #include <malloc.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
+#include <weft.h>
+
 #include "bridge.h"
 #include "broker.h"
+#include "conf.h"
+#include "conn_public.h"
+#include "pool.h"
+#include "retained.h"
+#include "session.h"
+#include "stats.h"
+#include "topic.h"
 
 #define METRICS_CLIENTS 32
 #define METRICS_HEAD_MAX 4096

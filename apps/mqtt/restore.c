@@ -8,13 +8,23 @@
  * row in the store and becomes one msg again (`loaded`, by store id). Wills already due are
  * published before any client is let in (sessions_reap).
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include <weft.h>
+
 #include "broker.h"
+#include "codec.h"
+#include "conf.h"
+#include "msg.h"
+#include "persist.h"
+#include "records.h"
+#include "session.h"
 #include "store.h"
+#include "topic.h"
 
 static msg *from_store(const store_msg *m)
 {

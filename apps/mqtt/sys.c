@@ -4,10 +4,19 @@
  * that existing dashboards work. It sits on top: it reads every layer (connections, sessions,
  * the topic tree) and publishes through the topic tree like a client.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
+#include <weft.h>
+
 #include "broker.h"
+#include "conf.h"
+#include "conn_public.h"
+#include "msg.h"
+#include "session.h"
+#include "stats.h"
+#include "topic.h"
 
 static void put(const char *topic, const char *fmt, unsigned long long v)
 {

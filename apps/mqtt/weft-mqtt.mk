@@ -8,9 +8,10 @@
 # (messages, memory, reclamation, counters, configuration values), access/ (who may do what),
 # persist/ (the store), route/ (topic tree, sessions, delivery), conn/ (connections and their
 # packets), bridge/ (connections to other brokers), and the program on top (main.c, config.c,
-# metrics.c, sys.c, restore.c). A folder uses only the folders below it: tests/layers.sh
-# checks that on the objects. The sources are listed by name, so that modules still being written
-# beside them do not change this build. The broker's unit tests and their own builds of the
+# metrics.c, sys.c, restore.c). A folder uses only the folders below it and includes only their
+# headers (each folder's headers sit beside its code): tests/layers.sh checks both, on the
+# objects and on the #include lines. The sources are listed by name, so that modules still being
+# written beside them do not change this build. The broker's unit tests and their own builds of the
 # modules are in tests/weft-mqtt-tests.mk.
 MQTT_DIRS := wire base access persist route conn bridge
 MQTT_INC  := -iquote apps/mqtt $(addprefix -iquote apps/mqtt/,$(MQTT_DIRS))
@@ -25,9 +26,12 @@ MQTT_SRC := $(addprefix apps/mqtt/,wire/codec.c wire/encode.c \
 	conn/handle_ping.c conn/handle_disconnect.c conn/kick.c \
 	bridge/bridge.c bridge/bridge_conf.c \
 	config.c metrics.c sys.c restore.c)
-MQTT_HDR := $(addprefix apps/mqtt/,broker.h wire/codec.h base/ratelimit.h base/textfile.h \
-	access/acl.h access/auth.h persist/store.h persist/store_queue.h conn/conn.h conn/ws.h \
-	conn/tls.h bridge/bridge.h bridge/bridge_conf.h) include/weft.h
+MQTT_HDR := $(addprefix apps/mqtt/,broker.h wire/codec.h base/conf.h base/pool.h base/msg.h \
+	base/epoch.h base/scratch.h base/stats.h base/records.h base/ratelimit.h base/textfile.h \
+	access/access.h access/acl.h access/auth.h persist/persist.h persist/store.h \
+	persist/store_queue.h route/peer.h route/session.h route/topic.h route/retained.h \
+	conn/conn_public.h conn/conn.h conn/ws.h conn/tls.h bridge/bridge.h bridge/bridge_conf.h) \
+	include/weft.h
 MQTT_LIBS :=
 MQTT_CFLAGS :=
 # password_file (PBKDF2-SHA512), WebSockets (SHA-1 of the upgrade key) and TLS listeners need

@@ -27,11 +27,20 @@
  * An offline session keeps the client its binding names: what reaches it meanwhile is checked
  * against that client's rules as they are now, and its client binds afresh when it comes back.
  */
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
+#include <weft.h>
+
+#include "access.h"
 #include "acl.h"
 #include "auth.h"
-#include "broker.h"
+#include "conf.h"
+#include "epoch.h"
+#include "msg.h"
+#include "records.h"
 
 bool access_acl_on;
 

@@ -9,11 +9,14 @@
  * start, and only read after (conf_args, conf_load at start; nothing reloads them).
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "broker.h"
+#include <weft.h>
+
+#include "conf.h"
 
 broker_conf conf;
 

@@ -15,9 +15,13 @@
  * only by epoch_collect, which the broker's reaper task calls a few times a second: retiring is
  * rare (subscription changes) and freeing late costs only memory.
  */
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 
-#include "broker.h"
+#include <weft.h>
+
+#include "epoch.h"
 
 typedef struct retired {
 	struct retired *next;

@@ -17,9 +17,16 @@
  * treat it as a protocol error (Python paho-mqtt's network thread dies on it). So this is a
  * list of what is kept, not of what is dropped.
  */
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 
-#include "broker.h"
+#include <weft.h>
+
+#include "codec.h"
+#include "msg.h"
+#include "pool.h"
 
 void (*msg_stored_release)(uint64_t smid);
 

@@ -47,12 +47,18 @@
  * A 16-byte header before each block says its class, so pool_free needs no size.
  */
 #include <malloc.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "broker.h"
+#include <weft.h>
+
+#include "pool.h"
+#include "stats.h"
 
 #define NCLASS 11
 #define MIN_SHIFT 6

@@ -7,9 +7,10 @@
  * of a batch (conn/loop.c, flush_dirty), since nothing in it is live then. Out of memory aborts, as
  * the pool does: a broker that cannot grow a few kilobytes cannot serve.
  */
+#include <stdint.h>
 #include <stdlib.h>
 
-#include "broker.h"
+#include "scratch.h"
 
 void *scratch_grow(scratch_buf *b, size_t elem, uint32_t need)
 {

@@ -6,11 +6,15 @@
  * stores: a worker's slot has one writer, so nothing is lost and no cache line bounces
  * between cores on the publish path. A reader sums the slots (a snapshot, as mosquitto's).
  */
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "broker.h"
+#include <weft.h>
+
+#include "stats.h"
 
 typedef struct slot {
 	_Atomic uint64_t v[ST_COUNT];

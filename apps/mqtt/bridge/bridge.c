@@ -40,14 +40,29 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include <weft.h>
+
 #include "bridge.h"
 #include "bridge_conf.h"
+#include "codec.h"
+#include "conf.h"
+#include "conn_public.h"
+#include "msg.h"
+#include "peer.h"
+#include "persist.h"
+#include "records.h"
+#include "session.h"
+#include "stats.h"
 #include "tls.h"
+#include "topic.h"
 
 #define CONNECT_TIMEOUT_NS 10000000000LL /* TCP, TLS and the CONNACK, each */
 /* ---- topic filters -------------------------------------------------------------------------- */

@@ -10,8 +10,6 @@
 #ifndef WEFT_MQTT_BRIDGE_H
 #define WEFT_MQTT_BRIDGE_H
 
-#include "broker.h"
-
 struct bridge;
 struct tls_conn;
 

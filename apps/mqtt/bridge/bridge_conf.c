@@ -8,12 +8,16 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "bridge_conf.h"
+#include "codec.h"
+#include "conf.h"
 
 bridge *bridges[MAX_BRIDGES];
 int nbridges;

@@ -6,6 +6,12 @@
 #ifndef WEFT_MQTT_BRIDGE_CONF_H
 #define WEFT_MQTT_BRIDGE_CONF_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <weft.h>
+
 #include "bridge.h"
 #include "tls.h"
 

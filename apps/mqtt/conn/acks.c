@@ -9,7 +9,15 @@
  * time, covers the whole batch. If the store failed none is sent, and the client sends the
  * messages again. The rule and the store's side are in persist.c.
  */
-#include "broker.h"
+#include <stddef.h>
+#include <stdint.h>
+
+#include "codec.h"
+#include "conn.h"
+#include "persist.h"
+#include "records.h"
+#include "scratch.h"
+#include "session.h"
 
 static void send_ack(conn *c, int type, uint16_t pid, int rc)
 {
@@ -46,7 +54,6 @@ int acks_release(conn *c)
 	c->acks.n = 0;
 	return r < 0 ? -1 : 0;
 }
-
 
 /* The write that stored the id (a resend) or forgot it (a PUBREL for an id not known) was made
  * by an earlier batch, perhaps of an earlier connection of the session: every write made so

@@ -12,23 +12,36 @@
  * another task), tls.c and ws.c (the transports; nocrypto.c stands in without OpenSSL).
  *
  * Roles. A client's connection and a bridge's differ where the read loop asks c->role
- * (conn_role, broker.h): the client's table is here, a bridge's in bridge/bridge.c. route/
+ * (conn_role, conn_public.h): the client's table is here, a bridge's in bridge/bridge.c. route/
  * reaches a connection only through c->peer (peer_ops): the client's table is here too.
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
+#include <weft.h>
+
 #include "acl.h"
 #include "auth.h"
-#include "broker.h"
+#include "codec.h"
+#include "conf.h"
 #include "conn.h"
+#include "conn_public.h"
+#include "epoch.h"
+#include "peer.h"
+#include "persist.h"
+#include "pool.h"
+#include "records.h"
+#include "session.h"
 #include "tls.h"
 #include "ws.h"
 

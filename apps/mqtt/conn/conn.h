@@ -1,12 +1,18 @@
 /*
- * conn.h - what the files of conn/ share among themselves; the rest of the broker sees conn/
- * through broker.h (conn_serve, conn_kick, the peer and role tables...). See conn.c for which
- * file does what.
+ * conn.h - what the files of conn/ share among themselves; the layers above see conn/ through
+ * conn_public.h (conn_serve, conn_kick, the role table...). See conn.c for which file does
+ * what.
  */
 #ifndef WEFT_MQTT_CONN_H
 #define WEFT_MQTT_CONN_H
 
-#include "broker.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "codec.h"
+#include "conn_public.h"
+#include "records.h"
 
 /* conn.c */
 /* The largest packet a connected client may send: the message size limit and room for a
@@ -45,5 +51,24 @@ int handle_disconnect(conn *c, const mq_packet *pk, bool *will);
 /* A client's PUBLISH topic: not the broker's own $SYS, and as its ACL allows (its role's
  * in_topic). */
 bool conn_client_in_topic(conn *c, const uint8_t **topic, uint16_t *tlen, char **mapped);
+
+/* output.c, login.c */
+/* A CONNACK refusing the connection (before any session): rc5 for 5.0, rc3 for 3.1.1. */
+void conn_refuse(conn *c, int version, int rc5, int rc3);
+/* Establish who pk's client is (password file, certificate, anonymous), waiting for its
+ * password's turn (pace.c) while keeping `held` bytes: 0, or -1 once refused (CONNACK sent)
+ * or kicked (login.c). Sets c->user and c->user_proven. */
+int conn_login(conn *c, const mq_packet *pk, long held);
+
+/* acks.c */
+/* A PUBACK, PUBREC or PUBCOMP of c's: sent at once with persistence off, else held until the
+ * end of the batch; then acks_release waits for the batch's writes and sends them in order
+ * (0), or, the store failed, sends none (-1). */
+void ack_pub(struct conn *c, int type, uint16_t pid, int rc);
+int acks_release(struct conn *c);
+/* ack_pub for a PUBREC of a resent QoS 2 PUBLISH, or a PUBCOMP of a PUBREL for an id not
+ * known: what it vouches for was written by an earlier batch, so it waits for every write
+ * made so far, not only its own batch's. */
+void ack_earlier(struct conn *c, int type, uint16_t pid, int rc);
 
 #endif

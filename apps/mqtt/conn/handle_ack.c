@@ -3,8 +3,13 @@
  * client for what the broker sent (the session's inflight window, delivery.c), and PUBREL for
  * what the client sent (the inbound QoS 2 id, answered with PUBCOMP).
  */
-#include "broker.h"
+#include <stdbool.h>
+
+#include "codec.h"
 #include "conn.h"
+#include "persist.h"
+#include "records.h"
+#include "session.h"
 
 int handle_puback(conn *c, const mq_packet *pk)
 {

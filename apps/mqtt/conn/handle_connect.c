@@ -6,11 +6,22 @@
  * keep-alive, packet size). Anything refused is answered with a CONNACK saying why and ends
  * the connection.
  */
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
+#include <weft.h>
+
+#include "access.h"
 #include "acl.h"
-#include "broker.h"
+#include "codec.h"
+#include "conf.h"
 #include "conn.h"
+#include "msg.h"
+#include "persist.h"
+#include "records.h"
+#include "session.h"
+#include "stats.h"
 
 #define IN_ALIAS_MAX 10       /* topic aliases a client may set (as mosquitto) */
 

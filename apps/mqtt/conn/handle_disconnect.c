@@ -4,8 +4,13 @@
  * for its will to be published all the same (reason 0x04); otherwise a DISCONNECT discards
  * the will. Returns 1 (the read loop ends the connection) or a negative reason code.
  */
-#include "broker.h"
+#include <stdbool.h>
+
+#include <weft.h>
+
+#include "codec.h"
 #include "conn.h"
+#include "records.h"
 
 int handle_disconnect(conn *c, const mq_packet *pk, bool *will)
 {

@@ -8,12 +8,24 @@
  * (persist_group_begin): a crash keeps both or neither, so the client's resend is either known
  * or new. A resend is acknowledged once durable and not delivered again.
  */
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <weft.h>
+
+#include "access.h"
 #include "acl.h"
-#include "broker.h"
+#include "codec.h"
+#include "conf.h"
 #include "conn.h"
+#include "msg.h"
+#include "persist.h"
+#include "records.h"
+#include "session.h"
+#include "stats.h"
+#include "topic.h"
 
 /* A client's PUBLISH: not to the broker's own $SYS topics, and as its ACL allows. */
 bool conn_client_in_topic(conn *c, const uint8_t **topic, uint16_t *tlen, char **mapped)

@@ -22,12 +22,21 @@
  * reserved, and charged as it is when the snapshot is taken. What is retained between the two
  * may pass the budget by that much; the next SUBSCRIBE sees it.
  */
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "access.h"
 #include "acl.h"
-#include "broker.h"
+#include "codec.h"
 #include "conn.h"
+#include "persist.h"
+#include "records.h"
+#include "retained.h"
+#include "session.h"
+#include "stats.h"
+#include "topic.h"
 
 /* What became of one filter of a SUBSCRIBE. */
 typedef struct subans {

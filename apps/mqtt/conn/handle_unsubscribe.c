@@ -4,10 +4,15 @@
  * persistent session, and answered with an UNSUBACK, which goes out with the batch's output
  * once that is durable. 5.0 says which filters had no subscription, or could have had none.
  */
+#include <stdint.h>
 #include <stdlib.h>
 
-#include "broker.h"
+#include "codec.h"
 #include "conn.h"
+#include "persist.h"
+#include "records.h"
+#include "session.h"
+#include "topic.h"
 
 int handle_unsubscribe(conn *c, mq_packet *pk)
 {

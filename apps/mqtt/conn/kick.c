@@ -15,8 +15,14 @@
  * system call per napper).
  */
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 
-#include "broker.h"
+#include <weft.h>
+
+#include "conn_public.h"
+#include "records.h"
 
 /* Connections napping (conn_nap_until) wait on this one condition, and conn_kick wakes them only
  * when the connection it kicks naps: take-overs kick connections that read, and take no lock

@@ -10,13 +10,25 @@
  * how many addresses send them.
  */
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
+#include <weft.h>
+
+#include "access.h"
 #include "auth.h"
-#include "broker.h"
+#include "codec.h"
+#include "conf.h"
+#include "conn.h"
+#include "conn_public.h"
+#include "epoch.h"
+#include "records.h"
+#include "stats.h"
 
 #define WAITING_BYTES (64l << 20)
 static atomic_long waiting_bytes;

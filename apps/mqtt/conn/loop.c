@@ -22,14 +22,28 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
-#include "broker.h"
+#include <weft.h>
+
+#include "codec.h"
+#include "conf.h"
 #include "conn.h"
+#include "conn_public.h"
+#include "epoch.h"
+#include "persist.h"
+#include "pool.h"
+#include "records.h"
+#include "scratch.h"
+#include "session.h"
+#include "stats.h"
 #include "tls.h"
 #include "ws.h"
 

@@ -9,10 +9,17 @@
  * session's output is route/'s (session_send, writer.c); this file is the peer's end of it.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <string.h>
 
-#include "broker.h"
+#include <weft.h>
+
+#include "codec.h"
 #include "conn.h"
+#include "conn_public.h"
+#include "pool.h"
+#include "records.h"
+#include "session.h"
 #include "tls.h"
 #include "ws.h"
 

@@ -50,12 +50,19 @@
  * Nothing here runs when persistence is off (persist_on false: one predictable branch).
  */
 #include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "broker.h"
+#include <weft.h>
+
+#include "conf.h"
+#include "msg.h"
+#include "persist.h"
+#include "records.h"
 
 bool persist_on;
 

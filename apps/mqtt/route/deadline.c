@@ -13,9 +13,13 @@
  * Lock order: the table lock, then a session's lock, then dlock, which is held for heap
  * operations only.
  */
+#include <stdint.h>
 #include <stdlib.h>
 
-#include "broker.h"
+#include <weft.h>
+
+#include "records.h"
+#include "session.h"
 
 static struct {
 	session **a; /* a[0] the earliest; s->dl_pos is its index + 1, 0 when not in the heap */

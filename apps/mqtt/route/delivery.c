@@ -25,11 +25,25 @@
  * bound above holds while a backlog is pending too.
  */
 #include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "broker.h"
+#include <weft.h>
+
+#include "access.h"
+#include "codec.h"
+#include "conf.h"
+#include "msg.h"
+#include "peer.h"
+#include "persist.h"
+#include "pool.h"
+#include "records.h"
+#include "retained.h"
+#include "session.h"
+#include "stats.h"
 
 /* ---- output --------------------------------------------------------------------------------- */
 

@@ -80,10 +80,21 @@
  * snapshot and the backlog being in place for retained_overtake to see.
  */
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "broker.h"
+#include <weft.h>
+
+#include "access.h"
+#include "conf.h"
+#include "msg.h"
+#include "pool.h"
+#include "records.h"
+#include "retained.h"
+#include "session.h"
+#include "topic.h"
 
 /* QoS 0 entries are drained while the output holds less than this: big enough for few
  * writes, small next to qos0_queue_bytes, which then stays the room of live QoS 0 traffic */

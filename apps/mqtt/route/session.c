@@ -23,12 +23,29 @@
  * and to knock its owner off the broker.
  */
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 
-#include "broker.h"
+#include <weft.h>
+
+#include "access.h"
+#include "codec.h"
+#include "conf.h"
+#include "epoch.h"
+#include "msg.h"
+#include "peer.h"
+#include "persist.h"
+#include "pool.h"
+#include "records.h"
+#include "retained.h"
+#include "session.h"
+#include "stats.h"
+#include "topic.h"
 
 #define NBUCKETS 16384
 
@@ -107,7 +124,6 @@ static msg *take_will(session *s)
 		m->expiry = weft_now() + (int64_t)s->will_expiry * 1000000000;
 	return m;
 }
-
 
 /* The session ends: out of the tree, its messages released. Not in the table any more. */
 static void session_end(session *s)

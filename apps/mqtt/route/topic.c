@@ -40,10 +40,22 @@
  * retained messages happens on subscribe, not on the publish path: retained.c). Lock order:
  * the writer mutex, then a session's lock.
  */
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "broker.h"
+#include <weft.h>
+
+#include "access.h"
+#include "epoch.h"
+#include "msg.h"
+#include "records.h"
+#include "retained.h"
+#include "scratch.h"
+#include "session.h"
+#include "topic.h"
 
 typedef struct sub {
 	_Atomic(session *) s;     /* NULL: removed */

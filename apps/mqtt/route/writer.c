@@ -18,9 +18,21 @@
  * session_detach wait for before they take the output buffer or the connection goes.
  */
 #include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <sys/socket.h>
 
-#include "broker.h"
+#include <weft.h>
+
+#include "epoch.h"
+#include "peer.h"
+#include "persist.h"
+#include "pool.h"
+#include "records.h"
+#include "retained.h"
+#include "session.h"
+#include "stats.h"
 
 static void writer(void *arg);
 

@@ -3,12 +3,22 @@
  * every check made once the reload has returned follows the new rules, in every task, while
  * other tasks race to rebind the same session. Run under ASan and TSan as well: no binding is
  * used after it is freed, none leaks, no race. */
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <weft.h>
+
+#include "access.h"
 #include "acl.h"
-#include "broker.h"
+#include "conf.h"
+#include "epoch.h"
+#include "msg.h"
+#include "pool.h"
+#include "records.h"
+#include "stats.h"
 #include "test.h"
 
 void pool_fini(void);

@@ -5,9 +5,14 @@
  * clearing their own sessions while a reaper takes out what is due leave the heap exact.
  */
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 
-#include "broker.h"
+#include <weft.h>
+
+#include "records.h"
+#include "session.h"
 #include "test.h"
 
 static session *fresh(void)

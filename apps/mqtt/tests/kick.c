@@ -6,11 +6,18 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "broker.h"
+#include <weft.h>
+
+#include "codec.h"
+#include "conn_public.h"
+#include "records.h"
 #include "test.h"
 
 #define CONNS 64

@@ -4,11 +4,24 @@
  * subscribe go out only as a connected client takes them (retained.c): those tests give the
  * session a connection (whose writes fail) and read its inflight window instead. */
 #include <malloc.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "broker.h"
+#include <weft.h>
+
+#include "conf.h"
+#include "conn_public.h"
+#include "epoch.h"
+#include "msg.h"
+#include "pool.h"
+#include "records.h"
+#include "retained.h"
+#include "session.h"
+#include "stats.h"
 #include "test.h"
+#include "topic.h"
 
 void pool_fini(void);
 void stats_fini(void);

@@ -119,10 +119,11 @@ $(B)/tests/mqtt-bridge: apps/mqtt/tests/bridge_test.sh $(B)/bin/weft-mqtt | $(B)
 	cp $< $@
 	chmod +x $@
 
-# The layering of the broker's objects (layers.sh reads them with nm).
+# The layering of the broker: its objects (layers.sh reads them with nm) and its sources'
+# #include lines.
 TESTS += $(B)/tests/mqtt-layers
 
 $(B)/tests/mqtt-layers: apps/mqtt/tests/layers.sh $(MQTT_OBJ) | $(B)/tests
-	sed 's|@OBJS@|$(MQTT_OBJ:$(B)/obj/mqtt/%=%)|' $< > $@
+	sed 's|@OBJS@|$(MQTT_OBJ:$(B)/obj/mqtt/%=%)|; s|@SRC@|$(CURDIR)/apps/mqtt|' $< > $@
 	chmod +x $@
 endif
