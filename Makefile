@@ -66,6 +66,11 @@ HDRS     := include/weft.h $(wildcard src/*.h)
 TESTS    := $(patsubst tests/%.c,$(B)/tests/%,$(filter-out tests/test.c,$(wildcard tests/*.c)))
 BENCHES  := $(patsubst bench/%.c,$(B)/bench/%,$(wildcard bench/*.c))
 EXAMPLES := $(patsubst examples/%.c,$(B)/bin/%,$(wildcard examples/*.c))
+# tests/house.sh: rules of the source tree (file sizes, the repository standing alone). A script,
+# so not in cross builds: qemu-user cannot run it.
+ifeq ($(ARCH),)
+TESTS    += $(B)/tests/house
+endif
 
 # Larger parts (the .flux compiler, the MQTT broker) keep their rules beside their sources;
 # each fragment adds its programs to ALL, its test binaries to TESTS, benchmarks to BENCHES and
@@ -112,6 +117,9 @@ $(B)/tests/%: tests/%.c tests/test.c tests/test.h $(B)/libweft.a | $(B)/tests
 # Tests of the shim link to libweft.so, as programs that use the shim must.
 $(B)/tests/shim: tests/shim.c tests/test.c tests/test.h $(B)/libweft.so $(B)/libweft-shim.so | $(B)/tests
 	$(CC) $(CFLAGS) -Itests $(LDFLAGS) -o $@ $< tests/test.c -L$(B) -lweft -Wl,-rpath,'$$ORIGIN/..' $(LDLIBS)
+$(B)/tests/house: tests/house.sh | $(B)/tests
+	sed 's|@ROOT@|$(CURDIR)|' $< > $@
+	chmod +x $@
 $(B)/bench/http: bench/http.c bench/bench.h $(B)/bin/hello-http | $(B)/bench
 	$(CC) $(CFLAGS) -Ibench $(LDFLAGS) -o $@ $< $(LDLIBS)
 $(B)/bench/%: bench/%.c bench/bench.h $(B)/libweft.a | $(B)/bench
