@@ -129,9 +129,10 @@ weft_task *weft_spawn_opt(void (*fn)(void *), void *arg, const weft_spawn_opts *
  * that took its place. (The generation has 22 bits: a handle is mistaken for a live one only
  * if its task's memory has been reused a multiple of 4,194,304 times since.)
  *
- * Wait for t to finish and release it. Returns 0; -EINVAL for NULL, a detached task, joining
- * oneself, or a task another caller is already joining (a weft_join, or a weft_select with
- * t in a JOIN case, until that call returns); -ESRCH when t is gone (joined already); -ECANCELED if the caller was cancelled while waiting (t stays joinable).
+ * Wait for t to finish and release it. Returns 0; -EINVAL for NULL, a detached task or
+ * joining oneself; -EBUSY when another caller is already joining t (a weft_join, or a
+ * weft_select with t in a JOIN case, until that call returns); -ESRCH when t is gone (joined
+ * already); -ECANCELED if the caller was cancelled while waiting (t stays joinable).
  */
 int weft_join(weft_task *t);
 
