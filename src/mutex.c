@@ -222,11 +222,10 @@ static void set_turn(weft_mutex *m, struct mutex_waiter *head)
 
 /* ---- the queue (under _qlock) ------------------------------------------------------------- */
 
+/* spin.h's lock, in the byte weft.h gives it beside _locked and _flags. */
 static void qlock(weft_mutex *m)
 {
-	while (__atomic_exchange_n(&m->_qlock, 1, __ATOMIC_ACQUIRE))
-		while (__atomic_load_n(&m->_qlock, __ATOMIC_RELAXED))
-			cpu_relax();
+	spin_lock_byte(&m->_qlock);
 }
 
 /* The flags for the queue as it is. */
@@ -242,7 +241,7 @@ static unsigned qflags(weft_mutex *m)
 static void qunlock(weft_mutex *m)
 {
 	__atomic_store_n(&m->_flags, (unsigned char)qflags(m), __ATOMIC_RELAXED);
-	__atomic_store_n(&m->_qlock, 0, __ATOMIC_RELEASE);
+	spin_unlock_byte(&m->_qlock);
 }
 
 static void link_tail(weft_mutex *m, struct mutex_waiter *n)

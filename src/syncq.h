@@ -1,21 +1,21 @@
 /*
  * syncq.h - what the synchronisation primitives (sync.c, cond.c, rwlock.c) share: a tiny lock
- * word, an intrusive FIFO of waiters whose nodes live on the waiters' own stacks, and the
+ * (spin.h), an intrusive FIFO of waiters whose nodes live on the waiters' own stacks, and the
  * park/grant steps of wait.h written once. Internal to weft. (weft_mutex, which is built for
  * contention, has its own queue in mutex.c.)
  *
  * The pattern, for a primitive P guarded by P->_lock with a queue P->_q:
  *
- *   waiter:  sync_lock(&P->_lock);
- *            if (it can go on) { ...; sync_unlock(&P->_lock); return 0; }
+ *   waiter:  spin_lock(&P->_lock);
+ *            if (it can go on) { ...; spin_unlock(&P->_lock); return 0; }
  *            struct sync_waiter n = { 0 };
  *            r = syncq_wait(&P->_lock, &P->_q, &n, "what", P, deadline, cancellable);
  *            -- r == 0: granted, P->_lock NOT held; the granter already did the bookkeeping
  *            -- r < 0:  -ETIMEDOUT/-ECANCELED/-ENOMEM, n unlinked, P->_lock held: undo, unlock
  *
- *   granter: sync_lock(&P->_lock);
+ *   granter: spin_lock(&P->_lock);
  *            n = syncq_claim(&P->_q);      -- first waiter still waiting, unlinked and claimed
- *            ...bookkeeping for it...;  sync_unlock(&P->_lock);
+ *            ...bookkeeping for it...;  spin_unlock(&P->_lock);
  *            syncq_finish(n);              -- it resumes with 0
  *
  * Every wake-up is a grant: a waiter resumed with 0 has got what it waited for, so there are
@@ -49,20 +49,6 @@ struct sync_waiter {
 	struct wait *w;
 	uintptr_t want;   /* what it waits for, per primitive (rwlock: reader/writer; barrier: round) */
 };
-
-/* ---- the lock word: a test-and-test-and-set lock held for a few instructions -------------- */
-
-static inline void sync_lock(unsigned *l)
-{
-	while (__atomic_exchange_n(l, 1u, __ATOMIC_ACQUIRE))
-		while (__atomic_load_n(l, __ATOMIC_RELAXED))
-			cpu_relax();
-}
-
-static inline void sync_unlock(unsigned *l)
-{
-	__atomic_store_n(l, 0u, __ATOMIC_RELEASE);
-}
 
 /* ---- the queue (guarded by the primitive's lock) ----------------------------------------- */
 
@@ -155,16 +141,16 @@ static inline void syncq_finish_all(struct sync_waiter *n)
 
 /* Called with *lock held, having decided to wait: queue n, park until granted, the deadline or
  * a cancel. 0: granted, *lock released. <0: n unlinked, *lock held. */
-static inline int syncq_wait(unsigned *lock, struct weft_waitq *q, struct sync_waiter *n,
+static inline int syncq_wait(spinlock *lock, struct weft_waitq *q, struct sync_waiter *n,
 			     const char *reason, const void *obj, int64_t deadline, bool cancellable)
 {
 	n->w = cancellable ? wait_begin(reason, obj) : wait_begin_nocancel(reason, obj);
 	syncq_push(q, n);
-	sync_unlock(lock);
+	spin_unlock(lock);
 	int r = wait_park(n->w, deadline);
 	if (r == 0)
 		return 0;
-	sync_lock(lock);
+	spin_lock(lock);
 	if (syncq_linked(n))
 		syncq_remove(q, n);
 	return r;
@@ -185,13 +171,13 @@ __attribute__((noreturn, cold)) static inline void sync_misuse(const char *what,
 	abort();
 }
 /* Debug builds: abort with "weft: <what>" if q still has waiters (destroying a busy object). */
-static inline void syncq_check_idle(unsigned *lock, struct weft_waitq *q, const char *what,
+static inline void syncq_check_idle(spinlock *lock, struct weft_waitq *q, const char *what,
 				    const void *obj)
 {
 #ifdef WEFT_DEBUG
-	sync_lock(lock);
+	spin_lock(lock);
 	bool waiters = !syncq_empty(q);
-	sync_unlock(lock);
+	spin_unlock(lock);
 	if (waiters)
 		sync_misuse(what, obj);
 #else
