@@ -29,10 +29,14 @@ int chan_bias_owner(struct weft_chan *c);
  * A waiter node: a task or thread parked on a channel (chan.c, "Waiters"). It lives on the
  * waiter's stack; select queues one per case, all pointing to the one wait record. */
 #include <stdint.h>
+#include "waitq.h"
 struct wait;
 typedef struct weft_chan weft_chan;
 struct waiter {
-	struct waiter *next, *prev;
+	union {
+		struct waitq_link link;  /* while queued (waitq.h) */
+		struct waiter *next;     /* once claimed: weft_chan_close's chain */
+	};
 	struct wait *w;          /* the owner's wait record; several nodes may share it (select) */
 	union {
 		const void *src; /* sender: its packet */
@@ -44,6 +48,7 @@ struct waiter {
 	weft_chan *c;            /* the channel it is queued on */
 	_Atomic bool queued;
 };
+_Static_assert(offsetof(struct waiter, link) == 0, "waitq.h: the link comes first");
 
 /* Lock and unlock c; select locks its channels in address order, one at a time. */
 void chan_select_lock(weft_chan *c);

@@ -51,7 +51,7 @@ int weft_cond_wait(weft_cond *c, weft_mutex *m)
 
 int weft_cond_signal(weft_cond *c)
 {
-	if (__atomic_load_n(&c->_q._first, __ATOMIC_RELAXED) == NULL)
+	if (waitq_maybe_empty(WAITQ_OF(&c->_q)))
 		return 0; /* nobody queued before this call started (see weft_cond_broadcast) */
 	spin_lock(&c->_lock);
 	struct sync_waiter *n = syncq_claim(&c->_q);
@@ -64,7 +64,7 @@ int weft_cond_signal(weft_cond *c)
  * condition's lock, before releasing the mutex under which the signaller changed the state. */
 int weft_cond_broadcast(weft_cond *c)
 {
-	if (__atomic_load_n(&c->_q._first, __ATOMIC_RELAXED) == NULL)
+	if (waitq_maybe_empty(WAITQ_OF(&c->_q)))
 		return 0;
 	unsigned k;
 	spin_lock(&c->_lock);

@@ -71,7 +71,7 @@ struct fdesc {
 	atomic_bool not_socket;            /* write(2) it is: send(2) said ENOTSOCK */
 	uint32_t ready;
 	struct wait *rd, *wr;
-	struct poll_node *polls;           /* tasks in poll(2) on this fd (poll_fds) */
+	struct weft_waitq polls;           /* poll(2) and select on this fd: poll_nodes */
 	/* drained reads */
 	_Atomic signed char drains;        /* a short read empties fd: 1 (TCP), 0, -1 not known */
 	_Atomic uint32_t rd_edges;         /* read edges taken by poll_wait */
@@ -176,7 +176,7 @@ int poll_observers(int fd)
 	if (!d)
 		return 0;
 	spin_lock(&d->lock);
-	for (struct poll_node *p = d->polls; p; p = p->next)
+	for (struct waitq_link *l = waitq_first(WAITQ_OF(&d->polls)); l; l = l->next)
 		n++;
 	spin_unlock(&d->lock);
 	return n;
@@ -338,37 +338,29 @@ static int link_node(const struct pollfd *p, struct poll_node *n, struct wait *w
 	struct fdesc *d = fdesc_of(p->fd, true);
 	if (!d)
 		return -EBADF;
-	*n = (struct poll_node){ .w = w, .mask = node_mask(p->events), .d = d, .won = won };
+	*n = (struct poll_node){ .w = w, .mask = node_mask(p->events), .won = won };
 	spin_lock(&d->lock);
 	int err = ensure_registered(p->fd, d);
 	if (!err) {
-		if ((n->next = d->polls))
-			n->next->pprev = &n->next;
-		d->polls = n;
-		n->pprev = &d->polls;
+		waitq_push_front(WAITQ_OF(&d->polls), &n->link);
+		n->d = d;
 	}
 	spin_unlock(&d->lock);
 	return err;
-}
-
-static void unlink_node(struct poll_node *n)
-{
-	if (n->next)
-		n->next->pprev = n->pprev;
-	*n->pprev = n->next;
-	n->pprev = NULL;
 }
 
 /* Claim the waiters of d's nodes that events concern, unlinking their nodes onto *woken, to be
  * finished once the lock is dropped. Lock held. */
 static void claim_polls(struct fdesc *d, uint32_t events, struct poll_node **woken)
 {
-	for (struct poll_node *n = d->polls, *next; n; n = next) {
-		next = n->next;
+	struct waitq q = WAITQ_OF(&d->polls);
+	for (struct waitq_link *l = waitq_first(q), *next; l; l = next) {
+		struct poll_node *n = (struct poll_node *)l;
+		next = l->next;
 		if ((n->mask & events) && wait_claim(n->w)) {
 			if (n->won)
 				*n->won = n;
-			unlink_node(n);
+			waitq_remove(q, &n->link);
 			n->next = *woken;
 			*woken = n;
 		}
@@ -394,8 +386,8 @@ void poll_unlink_all(struct poll_node *node, int n)
 		if (!d)
 			continue;
 		spin_lock(&d->lock);
-		if (node[i].pprev)
-			unlink_node(&node[i]);
+		if (waitq_linked(&node[i].link))
+			waitq_remove(WAITQ_OF(&d->polls), &node[i].link);
 		spin_unlock(&d->lock);
 	}
 }

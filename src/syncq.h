@@ -1,8 +1,8 @@
 /*
- * syncq.h - what the synchronisation primitives (sync.c, cond.c, rwlock.c) share: a tiny lock
- * (spin.h), an intrusive FIFO of waiters whose nodes live on the waiters' own stacks, and the
- * park/grant steps of wait.h written once. Internal to weft. (weft_mutex, which is built for
- * contention, has its own queue in mutex.c.)
+ * syncq.h - what the synchronisation primitives (sync.c, cond.c, rwlock.c, group.c) share:
+ * the lock of spin.h, the queue of waitq.h used as a FIFO, and the park/grant steps of wait.h
+ * written once. Internal to weft. (weft_mutex, which is built for contention, has a protocol
+ * of its own on the same lock and queue: mutex.c.)
  *
  * The pattern, for a primitive P guarded by P->_lock with a queue P->_q:
  *
@@ -29,6 +29,7 @@
 #define WEFT_SYNCQ_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,7 @@
 
 #include "spin.h"
 #include "wait.h"
+#include "waitq.h"
 #include "weft.h"
 
 /* Debug builds check misuse (destroying a primitive that has waiters, ...). On unless NDEBUG;
@@ -45,53 +47,37 @@
 #endif
 
 struct sync_waiter {
-	struct sync_waiter *next, *prev;
+	union {
+		struct waitq_link link;    /* while queued (waitq.h) */
+		struct sync_waiter *next;  /* once claimed: the chain syncq_claim_all returns (a
+					    * claimed waiter resumes with 0, so nobody asks
+					    * syncq_linked of it afterwards) */
+	};
 	struct wait *w;
 	uintptr_t want;   /* what it waits for, per primitive (rwlock: reader/writer; barrier: round) */
 };
+_Static_assert(offsetof(struct sync_waiter, link) == 0, "waitq.h: the link comes first");
 
 /* ---- the queue (guarded by the primitive's lock) ----------------------------------------- */
 
-static inline bool syncq_empty(const struct weft_waitq *q)
+static inline bool syncq_empty(struct weft_waitq *q)
 {
-	return q->_first == NULL;
-}
-
-/* _first is also read without the lock (weft_cond_signal's look for waiters): store it
- * atomically. */
-static inline void set_first(struct weft_waitq *q, struct sync_waiter *n)
-{
-	__atomic_store_n(&q->_first, (void *)n, __ATOMIC_RELAXED);
+	return waitq_empty(WAITQ_OF(q));
 }
 
 static inline void syncq_push(struct weft_waitq *q, struct sync_waiter *n)
 {
-	struct sync_waiter *t = q->_last;
-	n->next = NULL;
-	n->prev = t;
-	if (t)
-		t->next = n;
-	else
-		set_first(q, n);
-	q->_last = n;
+	waitq_push_back(WAITQ_OF(q), &n->link);
 }
 
 static inline void syncq_remove(struct weft_waitq *q, struct sync_waiter *n)
 {
-	if (n->prev)
-		n->prev->next = n->next;
-	else
-		set_first(q, n->next);
-	if (n->next)
-		n->next->prev = n->prev;
-	else
-		q->_last = n->prev;
-	n->next = n->prev = n; /* marks "unlinked": a linked node never points to itself */
+	waitq_remove(WAITQ_OF(q), &n->link);
 }
 
 static inline bool syncq_linked(const struct sync_waiter *n)
 {
-	return n->next != n;
+	return waitq_linked(&n->link);
 }
 
 /* The first waiter still waiting, unlinked and claimed; NULL when there is none. Waiters that
@@ -99,11 +85,9 @@ static inline bool syncq_linked(const struct sync_waiter *n)
 static inline struct sync_waiter *syncq_claim(struct weft_waitq *q)
 {
 	struct sync_waiter *n;
-	while ((n = q->_first)) {
-		syncq_remove(q, n);
+	while ((n = (struct sync_waiter *)waitq_pop_front(WAITQ_OF(q))))
 		if (wait_claim(n->w))
 			return n;
-	}
 	return NULL;
 }
 
