@@ -476,6 +476,33 @@ static void leave(struct waiter *n, struct waitq q)
 	chan_unlock(n->c);
 }
 
+static inline struct waitq queue_of(struct waiter *n)
+{
+	return WAITQ_OF(n->send ? &n->c->sendq : &n->c->recvq);
+}
+
+/* The waiting half that a send or receive (wait_for) and a select (select.c, chan_park) share.
+ * Called with the channels locked[0..nlocked) locked, nothing ready, and the caller allowed to
+ * wait (may_wait): queue every node that has a channel (node->c, on its sendq or recvq as
+ * node->send says; all on the one wait record w), drop the locks (the last taken first), park
+ * with `park` (wait_park, or a select's own, which counts it among the waiters on fds), then
+ * take off its queue every node that no waker completed. Returns park's result; a waker that
+ * completed a node has stored it in *node->won. */
+static inline int park_on(struct waiter *nodes, int n, weft_chan *const *locked, int nlocked,
+			  struct wait *w, int64_t deadline, int (*park)(struct wait *, int64_t))
+{
+	for (int i = 0; i < n; i++)
+		if (nodes[i].c)
+			enqueue(queue_of(&nodes[i]), &nodes[i]);
+	for (int i = nlocked - 1; i >= 0; i--)
+		chan_unlock(locked[i]);
+	int r = park(w, deadline);
+	for (int i = 0; i < n; i++)
+		if (nodes[i].c && &nodes[i] != *nodes[i].won)
+			leave(&nodes[i], queue_of(&nodes[i]));
+	return r;
+}
+
 /* ---- packet storage --------------------------------------------------------------------- */
 
 /* memcpy for packets: those of a word or two (the common case) without a call. */
@@ -669,19 +696,14 @@ static __attribute__((noinline)) int wait_for(weft_chan *c, bool send, const voi
 		chan_unlock(c);
 		return r;
 	}
-	struct waitq q = WAITQ_OF(send ? &c->sendq : &c->recvq);
 	struct waiter *won = NULL;
-	struct waiter me = { .len = len, .won = &won, .c = c };
+	struct waiter me = { .len = len, .won = &won, .c = c, .send = send };
 	if (send)
 		me.src = src;
 	else
 		me.dst = dst;
 	me.w = wait_begin(send ? "chan send" : "chan recv", c);
-	enqueue(q, &me);
-	chan_unlock(c);
-	r = wait_park(me.w, deadline);
-	if (r != 0 && r != -EPIPE)
-		leave(&me, q);
+	r = park_on(&me, 1, &c, 1, me.w, deadline, wait_park);
 	return r != 0 || send ? r : (int)me.got;
 }
 
@@ -924,12 +946,8 @@ int chan_may_wait(int64_t deadline)
 	return may_wait(deadline);
 }
 
-void chan_enqueue(weft_chan *c, bool send, struct waiter *n)
+int chan_park(struct waiter *nodes, int n, weft_chan *const *locked, int nlocked,
+	      struct wait *w, int64_t deadline, int (*park)(struct wait *, int64_t))
 {
-	enqueue(WAITQ_OF(send ? &c->sendq : &c->recvq), n);
-}
-
-void chan_leave(struct waiter *n, bool send)
-{
-	leave(n, WAITQ_OF(send ? &n->c->sendq : &n->c->recvq));
+	return park_on(nodes, n, locked, nlocked, w, deadline, park);
 }
