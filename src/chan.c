@@ -617,9 +617,13 @@ static inline size_t buf_get(weft_chan *c, void *buf, size_t cap)
 
 /* ---- the operations, under the lock ---------------------------------------------------- */
 
+/* send_now and recv_now are the whole of an operation that does not wait: inlined into
+ * chan_send and chan_recv whatever the compiler's size estimate says, so that none of them
+ * costs a call. */
+
 /* Send without waiting if possible. Returns 0, -EPIPE, -ENOMEM, or -EAGAIN (must wait).
  * *wake: a claimed waiter to finish once the lock is dropped. */
-static inline int send_now(weft_chan *c, const void *p, size_t len, struct waiter **wake)
+static inline __attribute__((always_inline)) int send_now(weft_chan *c, const void *p, size_t len, struct waiter **wake)
 {
 	if (c->closed)
 		return -EPIPE;
@@ -636,7 +640,7 @@ static inline int send_now(weft_chan *c, const void *p, size_t len, struct waite
 }
 
 /* Receive without waiting if possible. Returns the sent length, -EPIPE or -EAGAIN. */
-static inline int recv_now(weft_chan *c, void *buf, size_t cap, struct waiter **wake)
+static inline __attribute__((always_inline)) int recv_now(weft_chan *c, void *buf, size_t cap, struct waiter **wake)
 {
 	if (c->count) {
 		size_t len = buf_get(c, buf, cap);

@@ -257,7 +257,7 @@ static void qunlock(weft_mutex *m)
 	spin_unlock_byte(&m->_qlock);
 }
 
-static void link_tail(weft_mutex *m, struct mutex_waiter *n)
+static inline void link_tail(weft_mutex *m, struct mutex_waiter *n)
 {
 	n->since = weft_now();
 	waitq_push_back(queue(m), &n->link);
@@ -265,7 +265,7 @@ static void link_tail(weft_mutex *m, struct mutex_waiter *n)
 		set_turn(m, n);
 }
 
-static void unlink_node(weft_mutex *m, struct mutex_waiter *n)
+static inline void unlink_node(weft_mutex *m, struct mutex_waiter *n)
 {
 	bool was_head = head_of(m) == n;
 	waitq_remove(queue(m), &n->link);
