@@ -481,8 +481,8 @@ static inline struct waitq queue_of(struct waiter *n)
 	return WAITQ_OF(n->send ? &n->c->sendq : &n->c->recvq);
 }
 
-/* The waiting half that a send or receive (wait_for) and a select (select.c, chan_park) share.
- * Called with the channels locked[0..nlocked) locked, nothing ready, and the caller allowed to
+/* The waiting half of a select (select.c, chan_park); wait_for takes the same steps for its one
+ * node, written out (see there). Called with the channels locked[0..nlocked) locked, nothing ready, and the caller allowed to
  * wait (may_wait): queue every node that has a channel (node->c, on its sendq or recvq as
  * node->send says; all on the one wait record w), drop the locks (the last taken first), park
  * with `park` (wait_park, or a select's own, which counts it among the waiters on fds), then
@@ -700,14 +700,21 @@ static __attribute__((noinline)) int wait_for(weft_chan *c, bool send, const voi
 		chan_unlock(c);
 		return r;
 	}
+	/* park_on's steps for one node, written out: park_on's loops and its look at *won after
+	 * the park cost a parked send or receive about a dozen instructions more. */
+	struct waitq q = WAITQ_OF(send ? &c->sendq : &c->recvq);
 	struct waiter *won = NULL;
-	struct waiter me = { .len = len, .won = &won, .c = c, .send = send };
+	struct waiter me = { .len = len, .won = &won, .c = c };
 	if (send)
 		me.src = src;
 	else
 		me.dst = dst;
 	me.w = wait_begin(send ? "chan send" : "chan recv", c);
-	r = park_on(&me, 1, &c, 1, me.w, deadline, wait_park);
+	enqueue(q, &me);
+	chan_unlock(c);
+	r = wait_park(me.w, deadline);
+	if (r != 0 && r != -EPIPE) /* no waker completed it (they finish with 0 or -EPIPE) */
+		leave(&me, q);
 	return r != 0 || send ? r : (int)me.got;
 }
 

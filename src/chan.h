@@ -67,7 +67,7 @@ int chan_may_wait(int64_t deadline);
 /* With locked[0..nlocked) locked and nothing ready (chan_may_wait said 0): queue the nodes
  * that have a channel (their fields filled in, all on w), unlock, park with `park`, and take
  * off their queues the nodes no waker completed. Returns park's result; the node a waker
- * completed is in *node->won. The waiting half of a send or receive, written once (chan.c). */
+ * completed is in *node->won. The waiting half of a send or receive, for several (chan.c). */
 int chan_park(struct waiter *nodes, int n, weft_chan *const *locked, int nlocked,
 	      struct wait *w, int64_t deadline, int (*park)(struct wait *, int64_t));
 #endif
