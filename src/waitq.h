@@ -13,10 +13,13 @@
  * Invariants, while the owner's lock is held:
  *   - first == NULL exactly when last == NULL (empty);
  *   - first->prev == NULL, last->next == NULL, and along the list x->next->prev == x;
- *   - a node taken off (waitq_remove, waitq_pop_front) points to itself both ways, which a
- *     linked node never does: waitq_linked() says whether a node that was once pushed is still
- *     queued. (A node never pushed carries no such mark, nor does one whose link was reused
- *     after it was taken off, as a chain of claimed waiters reuses it in syncq.h and chan.c.)
+ *   - a node taken off by waitq_remove points to itself both ways, which a linked node never
+ *     does: waitq_linked() says whether a node that was once pushed is still queued. waitq_pop_
+ *     front leaves that mark to its caller (waitq_mark_off): a channel's waker, which pops at
+ *     every hand-off, knows its nodes' state by their `queued` flag and would pay two stores
+ *     for nothing; syncq.h, whose leaving waiters ask waitq_linked, marks what it pops. (A
+ *     node never pushed carries no mark, nor does one whose link was reused after it was taken
+ *     off, as a chain of claimed waiters reuses it in syncq.h and chan.c.)
  * `first` is stored atomically (relaxed), so that a look without the lock - weft_cond_signal's
  * "anyone waiting?" (waitq_maybe_empty) - is a race the program tolerates, not a data race.
  * Everything else is read and written under the lock only.
@@ -104,7 +107,8 @@ static inline void waitq_remove(struct waitq q, struct waitq_link *n)
 	n->next = n->prev = n;
 }
 
-/* Take the first node off q and return it; NULL when q is empty. */
+/* Take the first node off q and return it; NULL when q is empty. Its links are left as they
+ * were: see waitq_mark_off. */
 static inline struct waitq_link *waitq_pop_front(struct waitq q)
 {
 	struct waitq_link *n = waitq_first(q);
@@ -116,8 +120,13 @@ static inline struct waitq_link *waitq_pop_front(struct waitq q)
 		next->prev = NULL;
 	else
 		*q.last = NULL;
-	n->next = n->prev = n;
 	return n;
+}
+
+/* Mark n, taken off its queue, as waitq_remove does: waitq_linked(n) is false from now on. */
+static inline void waitq_mark_off(struct waitq_link *n)
+{
+	n->next = n->prev = n;
 }
 
 /* Whether n, pushed once, is still queued. */
