@@ -220,9 +220,10 @@ static inline uint32_t try_lock(_Atomic uint32_t *l)
 /* ---- the bias ----------------------------------------------------------------------------
  * The lock word costs two atomic read-modify-writes per operation (the CAS that takes it, the
  * exchange that drops it), most of an operation's time when the channel's tasks run on one
- * worker, as contended channels do once gathered. So a channel locked over and over from one worker is biased
- * to it, as JVMs bias a monitor to a thread: that worker's tasks then take and drop the lock
- * with plain stores, and everyone else pays for it, with an asymmetric fence (asym.h).
+ * worker, as contended channels do once gathered. So a channel locked over and over from one
+ * worker is biased to it, as JVMs bias a monitor to a thread: that worker's tasks then take
+ * and drop the lock with plain stores, and everyone else pays for it, with an asymmetric fence
+ * (asym.h).
  *
  * Dekker's game again. The owner says which channel it is entering in its own slot of
  * bias_in, then looks at the lock word (bias_enter); any other locker takes the lock word as
@@ -482,12 +483,12 @@ static inline struct waitq queue_of(struct waiter *n)
 }
 
 /* The waiting half of a select (select.c, chan_park); wait_for takes the same steps for its one
- * node, written out (see there). Called with the channels locked[0..nlocked) locked, nothing ready, and the caller allowed to
- * wait (may_wait): queue every node that has a channel (node->c, on its sendq or recvq as
- * node->send says; all on the one wait record w), drop the locks (the last taken first), park
- * with `park` (wait_park, or a select's own, which counts it among the waiters on fds), then
- * take off its queue every node that no waker completed. Returns park's result; a waker that
- * completed a node has stored it in *node->won. */
+ * node, written out (see there). Called with the channels locked[0..nlocked) locked, nothing
+ * ready, and the caller allowed to wait (may_wait): queue every node that has a channel
+ * (node->c, on its sendq or recvq as node->send says; all on the one wait record w), drop the
+ * locks (the last taken first), park with `park` (wait_park, or a select's own, which counts
+ * it among the waiters on fds), then take off its queue every node that no waker completed.
+ * Returns park's result; a waker that completed a node has stored it in *node->won. */
 static inline int park_on(struct waiter *nodes, int n, weft_chan *const *locked, int nlocked,
 			  struct wait *w, int64_t deadline, int (*park)(struct wait *, int64_t))
 {
@@ -623,7 +624,8 @@ static inline size_t buf_get(weft_chan *c, void *buf, size_t cap)
 
 /* Send without waiting if possible. Returns 0, -EPIPE, -ENOMEM, or -EAGAIN (must wait).
  * *wake: a claimed waiter to finish once the lock is dropped. */
-static inline __attribute__((always_inline)) int send_now(weft_chan *c, const void *p, size_t len, struct waiter **wake)
+static inline __attribute__((always_inline)) int send_now(weft_chan *c, const void *p, size_t len,
+							  struct waiter **wake)
 {
 	if (c->closed)
 		return -EPIPE;
@@ -640,7 +642,8 @@ static inline __attribute__((always_inline)) int send_now(weft_chan *c, const vo
 }
 
 /* Receive without waiting if possible. Returns the sent length, -EPIPE or -EAGAIN. */
-static inline __attribute__((always_inline)) int recv_now(weft_chan *c, void *buf, size_t cap, struct waiter **wake)
+static inline __attribute__((always_inline)) int recv_now(weft_chan *c, void *buf, size_t cap,
+							  struct waiter **wake)
 {
 	if (c->count) {
 		size_t len = buf_get(c, buf, cap);
@@ -838,7 +841,8 @@ void weft_chan_close(weft_chan *c)
 	chan_lock(c, false);
 	if (!c->closed) {
 		c->closed = true;
-		while ((n = claim_first(WAITQ_OF(&c->recvq))) || (n = claim_first(WAITQ_OF(&c->sendq)))) {
+		while ((n = claim_first(WAITQ_OF(&c->recvq))) ||
+		       (n = claim_first(WAITQ_OF(&c->sendq)))) {
 			n->next = woken;
 			woken = n;
 		}

@@ -43,9 +43,10 @@
  * `next` slot (sched.c's idle workers do). There it must not fight the holder: a holder that
  * takes the lock again and again leaves it free for a few ns between two increments, and a
  * head on another core that grabbed it then would start both cores bouncing the line, a
- * cross-core transfer per increment. So the head takes a free lock only if nobody has unlocked since it
- * last looked (_ticks, counted by unlocks while waiters are queued, has not moved: the holder
- * has gone quiet) or if the last taker is on its own worker (not running now). Otherwise,
+ * cross-core transfer per increment. So the head takes a free lock only if nobody has unlocked
+ * since it last looked (_ticks, counted by unlocks while waiters are queued, has not moved:
+ * the holder has gone quiet) or if the last taker is on its own worker (not running now).
+ * Otherwise,
  * and whenever it finds the lock held, it parks again with a timer (BACKOFF_MIN..MAX,
  * doubling) rather than asking to be woken at the next unlock, which would repeat the round
  * trip at every unlock. It touches the lock a few times per turn, at no measurable cost
