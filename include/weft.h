@@ -129,10 +129,10 @@ weft_task *weft_spawn_opt(void (*fn)(void *), void *arg, const weft_spawn_opts *
  * that took its place. (The generation has 22 bits: a handle is mistaken for a live one only
  * if its task's memory has been reused a multiple of 4,194,304 times since.)
  *
- * Wait for t to finish and release it. Returns 0; -EINVAL for NULL, a detached task, joining
- * oneself, or a task another caller is already joining (a weft_join, or a weft_select with
- * t in a JOIN case, until that call returns); -ESRCH when t is gone (joined already);
- * -ECANCELED if the caller was cancelled while waiting (t stays joinable).
+ * Wait for t to finish and release it. Returns 0; -EINVAL for NULL, a detached task or
+ * joining oneself; -EBUSY when another caller is already joining t (a weft_join, or a
+ * weft_select with t in a JOIN case, until that call returns); -ESRCH when t is gone (joined
+ * already); -ECANCELED if the caller was cancelled while waiting (t stays joinable).
  */
 int weft_join(weft_task *t);
 
@@ -517,7 +517,7 @@ static inline weft_select_case weft_select_join(weft_task *t)
  * or buffer, FD events without EPOLLIN or EPOLLOUT, one task in two JOIN cases, a JOIN case on
  * a detached task or on the caller itself); -ESRCH when a JOIN case's task is gone (joined
  * already); -EBUSY when another caller (a weft_join, a select) is joining it, as weft_join
- * would say -EINVAL; -EMSGSIZE when a send case's packet exceeds its channel's packet size;
+ * says too; -EMSGSIZE when a send case's packet exceeds its channel's packet size;
  * -ENOMEM when an unbounded channel cannot grow; -errno when epoll refuses an FD case's fd
  * (EPERM: a regular file, which poll(2) would call always ready). Those errors come before any
  * case is done. n == 0 just waits until the deadline. From a plain thread, FD cases are seen

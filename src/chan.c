@@ -68,14 +68,11 @@
 #include "sched.h"
 #include "spin.h"
 #include "wait.h"
+#include "waitq.h"
 #include "weft.h"
 
 /* Internal deadline of offer/poll: never wait, say -EAGAIN. */
 #define NOWAIT INT64_MIN
-
-struct waitq {
-	struct waiter *head, *tail;
-};
 
 /* A segment of an unbounded channel. */
 struct seg {
@@ -94,7 +91,7 @@ struct weft_chan {
 	uint8_t streak;          /* how far `cand` leads the other lockers (see bias_after_lock) */
 	size_t count;            /* packets buffered */
 	size_t head, tail;       /* next slot to read, to write (within the segment if unbounded) */
-	struct waitq sendq, recvq;
+	struct weft_waitq sendq, recvq; /* waitq.h */
 	alignas(64) char *slots; /* bounded: the ring */
 	size_t cap;              /* slots: capacity, or slots per segment when unbounded */
 	size_t psize;            /* packet_size */
@@ -122,9 +119,14 @@ _Static_assert(offsetof(struct weft_chan, tseg) < 128, "what every operation rea
  * a contending task it is not fighting another task (see lock_slow).
  * Critical sections are a few dozen instructions and never park, so the spin nearly always
  * wins. But when two workers hammer one channel, the line crossing cores on each operation
- * costs more than the operation (160 ns one way on a 2-core CI machine); letting the loser
- * sleep gives the winner long runs with the line in its own cache (100+100 tasks on a
- * capacity-1024 channel: 50-90 ms -> 16 ms on 2 workers; no cost on one). */
+ * costs more than the operation; letting the loser sleep gives the winner long runs with the
+ * line in its own cache, and costs nothing on one worker.
+ *
+ * Why not spin.h's lock, the one every other short section in weft takes: that one never
+ * sleeps, since its holders hold it rarely and for a few instructions, while a channel's lock
+ * is taken at every send and receive by tasks on every worker and by plain threads, and is
+ * contended for as long as a program's traffic lasts. Its word also says more than held/free
+ * (sleepers, held by a plain thread), and the bias below takes it without an atomic at all. */
 
 #define LOCK_SPINS 30
 enum { LOCK_HELD = 1, LOCK_SLEEPERS = 2, LOCK_STATE = 3, LOCK_BY_THREAD = 4 };
@@ -218,10 +220,10 @@ static inline uint32_t try_lock(_Atomic uint32_t *l)
 /* ---- the bias ----------------------------------------------------------------------------
  * The lock word costs two atomic read-modify-writes per operation (the CAS that takes it, the
  * exchange that drops it), most of an operation's time when the channel's tasks run on one
- * worker, as contended channels do once gathered (10^6 packets at capacity 1 on one worker:
- * 34 ms with them, 22 without). So a channel locked over and over from one worker is biased
- * to it, as JVMs bias a monitor to a thread: that worker's tasks then take and drop the lock
- * with plain stores, and everyone else pays for it, with an asymmetric fence (asym.h).
+ * worker, as contended channels do once gathered. So a channel locked over and over from one
+ * worker is biased to it, as JVMs bias a monitor to a thread: that worker's tasks then take
+ * and drop the lock with plain stores, and everyone else pays for it, with an asymmetric fence
+ * (asym.h).
  *
  * Dekker's game again. The owner says which channel it is entering in its own slot of
  * bias_in, then looks at the lock word (bias_enter); any other locker takes the lock word as
@@ -413,29 +415,15 @@ static inline void chan_unlock(weft_chan *c)
 
 /* ---- waiter queues ---------------------------------------------------------------------- */
 
-static void enqueue(struct waitq *q, struct waiter *n)
+static void enqueue(struct waitq q, struct waiter *n)
 {
-	n->next = NULL;
-	n->prev = q->tail;
-	if (q->tail)
-		q->tail->next = n;
-	else
-		q->head = n;
-	q->tail = n;
+	waitq_push_back(q, &n->link);
 	atomic_store_explicit(&n->queued, true, memory_order_relaxed);
 }
 
-/* Unlink n, without clearing `queued` (the caller decides when it lets go of n). */
-static void unlink_node(struct waitq *q, struct waiter *n)
+static inline struct waiter *first_waiter(struct waitq q)
 {
-	if (n->prev)
-		n->prev->next = n->next;
-	else
-		q->head = n->next;
-	if (n->next)
-		n->next->prev = n->prev;
-	else
-		q->tail = n->prev;
+	return (struct waiter *)waitq_first(q);
 }
 
 static inline void let_go(struct waiter *n)
@@ -445,11 +433,10 @@ static inline void let_go(struct waiter *n)
 
 /* The first waiter of q that we could claim, unlinked, or NULL. Nodes whose wait has ended
  * otherwise are dropped on the way. */
-static inline struct waiter *claim_first(struct waitq *q)
+static inline struct waiter *claim_first(struct waitq q)
 {
 	struct waiter *n;
-	while ((n = q->head)) {
-		unlink_node(q, n);
+	while ((n = (struct waiter *)waitq_pop_front(q))) {
 		if (wait_claim(n->w)) {
 			atomic_store_explicit(&n->queued, false, memory_order_relaxed);
 			return n; /* ours until wait_finish */
@@ -466,11 +453,11 @@ static bool is_parked(struct wait *w)
 }
 
 /* Whether q has a waiter that might be claimed; drops dead nodes at its head. */
-static bool has_live(struct waitq *q)
+static bool has_live(struct waitq q)
 {
 	struct waiter *n;
-	while ((n = q->head) && !is_parked(n->w)) {
-		unlink_node(q, n);
+	while ((n = first_waiter(q)) && !is_parked(n->w)) {
+		waitq_pop_front(q);
 		let_go(n);
 	}
 	return n != NULL;
@@ -478,16 +465,43 @@ static bool has_live(struct waitq *q)
 
 /* After a wait that no waker finished (timeout, cancel, or a select's other nodes): make sure
  * n is off its queue before its frame goes away. */
-static void leave(struct waiter *n, struct waitq *q)
+static void leave(struct waiter *n, struct waitq q)
 {
 	if (!atomic_load_explicit(&n->queued, memory_order_acquire))
 		return;
 	chan_lock(n->c, false);
 	if (atomic_load_explicit(&n->queued, memory_order_relaxed)) {
-		unlink_node(q, n);
+		waitq_remove(q, &n->link);
 		atomic_store_explicit(&n->queued, false, memory_order_relaxed);
 	}
 	chan_unlock(n->c);
+}
+
+static inline struct waitq queue_of(struct waiter *n)
+{
+	return WAITQ_OF(n->send ? &n->c->sendq : &n->c->recvq);
+}
+
+/* The waiting half of a select (select.c, chan_park); wait_for takes the same steps for its one
+ * node, written out (see there). Called with the channels locked[0..nlocked) locked, nothing
+ * ready, and the caller allowed to wait (may_wait): queue every node that has a channel
+ * (node->c, on its sendq or recvq as node->send says; all on the one wait record w), drop the
+ * locks (the last taken first), park with `park` (wait_park, or a select's own, which counts
+ * it among the waiters on fds), then take off its queue every node that no waker completed.
+ * Returns park's result; a waker that completed a node has stored it in *node->won. */
+static inline int park_on(struct waiter *nodes, int n, weft_chan *const *locked, int nlocked,
+			  struct wait *w, int64_t deadline, int (*park)(struct wait *, int64_t))
+{
+	for (int i = 0; i < n; i++)
+		if (nodes[i].c)
+			enqueue(queue_of(&nodes[i]), &nodes[i]);
+	for (int i = nlocked - 1; i >= 0; i--)
+		chan_unlock(locked[i]);
+	int r = park(w, deadline);
+	for (int i = 0; i < n; i++)
+		if (nodes[i].c && &nodes[i] != *nodes[i].won)
+			leave(&nodes[i], queue_of(&nodes[i]));
+	return r;
 }
 
 /* ---- packet storage --------------------------------------------------------------------- */
@@ -604,13 +618,18 @@ static inline size_t buf_get(weft_chan *c, void *buf, size_t cap)
 
 /* ---- the operations, under the lock ---------------------------------------------------- */
 
+/* send_now and recv_now are the whole of an operation that does not wait: inlined into
+ * chan_send and chan_recv whatever the compiler's size estimate says, so that none of them
+ * costs a call. */
+
 /* Send without waiting if possible. Returns 0, -EPIPE, -ENOMEM, or -EAGAIN (must wait).
  * *wake: a claimed waiter to finish once the lock is dropped. */
-static inline int send_now(weft_chan *c, const void *p, size_t len, struct waiter **wake)
+static inline __attribute__((always_inline)) int send_now(weft_chan *c, const void *p, size_t len,
+							  struct waiter **wake)
 {
 	if (c->closed)
 		return -EPIPE;
-	struct waiter *r = claim_first(&c->recvq);
+	struct waiter *r = claim_first(WAITQ_OF(&c->recvq));
 	if (r) { /* a receiver waits: the buffer is empty, hand the packet over */
 		copy_out(r->dst, r->len, p, len);
 		r->got = len;
@@ -623,18 +642,19 @@ static inline int send_now(weft_chan *c, const void *p, size_t len, struct waite
 }
 
 /* Receive without waiting if possible. Returns the sent length, -EPIPE or -EAGAIN. */
-static inline int recv_now(weft_chan *c, void *buf, size_t cap, struct waiter **wake)
+static inline __attribute__((always_inline)) int recv_now(weft_chan *c, void *buf, size_t cap,
+							  struct waiter **wake)
 {
 	if (c->count) {
 		size_t len = buf_get(c, buf, cap);
-		struct waiter *s = claim_first(&c->sendq);
+		struct waiter *s = claim_first(WAITQ_OF(&c->sendq));
 		if (s) { /* the buffer was full: the first waiting sender's packet takes the slot */
 			buf_put(c, s->src, s->len);
 			*wake = s;
 		}
 		return (int)len;
 	}
-	struct waiter *s = claim_first(&c->sendq);
+	struct waiter *s = claim_first(WAITQ_OF(&c->sendq));
 	if (s) { /* capacity 0: take the packet straight from the sender */
 		copy_out(buf, cap, s->src, s->len);
 		*wake = s;
@@ -647,8 +667,8 @@ static inline int recv_now(weft_chan *c, void *buf, size_t cap, struct waiter **
  * afterwards it may be gone.
  *
  * Normally the waiter runs next on the waker's worker. But tasks spread over several workers
- * that all use one channel spend their time moving its lock and buffers between caches (the
- * one-million-packet experiment: ten times slower on two workers than on one). So while c is
+ * that all use one channel spend their time moving its lock and buffers between caches, and
+ * can be many times slower on two workers than on one. So while c is
  * hot, its waiters are woken onto its home worker, and its traffic collects on one core. */
 static inline void wake(weft_chan *c, struct waiter *n, int result)
 {
@@ -683,7 +703,9 @@ static __attribute__((noinline)) int wait_for(weft_chan *c, bool send, const voi
 		chan_unlock(c);
 		return r;
 	}
-	struct waitq *q = send ? &c->sendq : &c->recvq;
+	/* park_on's steps for one node, written out: park_on's loops and its look at *won after
+	 * the park cost a parked send or receive about a dozen instructions more. */
+	struct waitq q = WAITQ_OF(send ? &c->sendq : &c->recvq);
 	struct waiter *won = NULL;
 	struct waiter me = { .len = len, .won = &won, .c = c };
 	if (send)
@@ -694,7 +716,7 @@ static __attribute__((noinline)) int wait_for(weft_chan *c, bool send, const voi
 	enqueue(q, &me);
 	chan_unlock(c);
 	r = wait_park(me.w, deadline);
-	if (r != 0 && r != -EPIPE)
+	if (r != 0 && r != -EPIPE) /* no waker completed it (they finish with 0 or -EPIPE) */
 		leave(&me, q);
 	return r != 0 || send ? r : (int)me.got;
 }
@@ -819,7 +841,8 @@ void weft_chan_close(weft_chan *c)
 	chan_lock(c, false);
 	if (!c->closed) {
 		c->closed = true;
-		while ((n = claim_first(&c->recvq)) || (n = claim_first(&c->sendq))) {
+		while ((n = claim_first(WAITQ_OF(&c->recvq))) ||
+		       (n = claim_first(WAITQ_OF(&c->sendq)))) {
 			n->next = woken;
 			woken = n;
 		}
@@ -831,10 +854,10 @@ void weft_chan_close(weft_chan *c)
 	}
 }
 
-static size_t queue_len(const struct waitq *q)
+static size_t queue_len(struct weft_waitq *q)
 {
 	size_t n = 0;
-	for (const struct waiter *w = q->head; w; w = w->next)
+	for (const struct waitq_link *l = waitq_first(WAITQ_OF(q)); l; l = l->next)
 		n++;
 	return n;
 }
@@ -919,8 +942,8 @@ bool chan_ready(weft_chan *c, bool send)
 	if (c->closed)
 		return true;
 	if (send)
-		return c->count < c->cap || c->unbounded || has_live(&c->recvq);
-	return c->count || has_live(&c->sendq);
+		return c->count < c->cap || c->unbounded || has_live(WAITQ_OF(&c->recvq));
+	return c->count || has_live(WAITQ_OF(&c->sendq));
 }
 
 int chan_try(weft_chan *c, bool send, void *p, size_t len, struct waiter **wk)
@@ -938,12 +961,8 @@ int chan_may_wait(int64_t deadline)
 	return may_wait(deadline);
 }
 
-void chan_enqueue(weft_chan *c, bool send, struct waiter *n)
+int chan_park(struct waiter *nodes, int n, weft_chan *const *locked, int nlocked,
+	      struct wait *w, int64_t deadline, int (*park)(struct wait *, int64_t))
 {
-	enqueue(send ? &c->sendq : &c->recvq, n);
-}
-
-void chan_leave(struct waiter *n, bool send)
-{
-	leave(n, send ? &n->c->sendq : &n->c->recvq);
+	return park_on(nodes, n, locked, nlocked, w, deadline, park);
 }

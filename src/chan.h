@@ -29,10 +29,14 @@ int chan_bias_owner(struct weft_chan *c);
  * A waiter node: a task or thread parked on a channel (chan.c, "Waiters"). It lives on the
  * waiter's stack; select queues one per case, all pointing to the one wait record. */
 #include <stdint.h>
+#include "waitq.h"
 struct wait;
 typedef struct weft_chan weft_chan;
 struct waiter {
-	struct waiter *next, *prev;
+	union {
+		struct waitq_link link;  /* while queued (waitq.h) */
+		struct waiter *next;     /* once claimed: weft_chan_close's chain */
+	};
 	struct wait *w;          /* the owner's wait record; several nodes may share it (select) */
 	union {
 		const void *src; /* sender: its packet */
@@ -41,9 +45,11 @@ struct waiter {
 	size_t len;              /* sender: the packet's length; receiver: cap */
 	size_t got;              /* receiver: the sent length, written by the sender */
 	struct waiter **won;     /* the claimer stores this node there before finishing */
-	weft_chan *c;            /* the channel it is queued on */
+	weft_chan *c;            /* the channel it is queued on (NULL: none, a select's other case) */
+	bool send;               /* on c's sendq, else its recvq */
 	_Atomic bool queued;
 };
+_Static_assert(offsetof(struct waiter, link) == 0, "waitq.h: the link comes first");
 
 /* Lock and unlock c; select locks its channels in address order, one at a time. */
 void chan_select_lock(weft_chan *c);
@@ -58,8 +64,10 @@ int chan_try(weft_chan *c, bool send, void *p, size_t len, struct waiter **wk);
 void chan_wake(weft_chan *c, struct waiter *n, int result);
 /* Lock held: 0 when a caller with this deadline may park, else -ETIMEDOUT or -EAGAIN. */
 int chan_may_wait(int64_t deadline);
-/* Lock held: queue n (its fields filled in) on c's send or receive queue. */
-void chan_enqueue(weft_chan *c, bool send, struct waiter *n);
-/* After the wait ended: take n off its queue if it is still there (takes the lock). */
-void chan_leave(struct waiter *n, bool send);
+/* With locked[0..nlocked) locked and nothing ready (chan_may_wait said 0): queue the nodes
+ * that have a channel (their fields filled in, all on w), unlock, park with `park`, and take
+ * off their queues the nodes no waker completed. Returns park's result; the node a waker
+ * completed is in *node->won. The waiting half of a send or receive, for several (chan.c). */
+int chan_park(struct waiter *nodes, int n, weft_chan *const *locked, int nlocked,
+	      struct wait *w, int64_t deadline, int (*park)(struct wait *, int64_t));
 #endif

@@ -28,17 +28,17 @@ int weft_cond_wait_until(weft_cond *c, weft_mutex *m, int64_t deadline)
 	if (deadline_passed(deadline))
 		return -ETIMEDOUT;
 	struct sync_waiter n = { 0 };
-	sync_lock(&c->_lock);
+	spin_lock(&c->_lock);
 	n.w = wait_begin("condition", c);
 	syncq_push(&c->_q, &n);
-	sync_unlock(&c->_lock);
+	spin_unlock(&c->_lock);
 	weft_mutex_unlock(m);
 	int r = wait_park(n.w, deadline);
 	if (r != 0) { /* deadline or cancel: leave the queue if no signal unlinked us */
-		sync_lock(&c->_lock);
+		spin_lock(&c->_lock);
 		if (syncq_linked(&n))
 			syncq_remove(&c->_q, &n);
-		sync_unlock(&c->_lock);
+		spin_unlock(&c->_lock);
 	}
 	weft_mutex_lock(m);
 	return r;
@@ -51,11 +51,11 @@ int weft_cond_wait(weft_cond *c, weft_mutex *m)
 
 int weft_cond_signal(weft_cond *c)
 {
-	if (__atomic_load_n(&c->_q._first, __ATOMIC_RELAXED) == NULL)
+	if (waitq_maybe_empty(WAITQ_OF(&c->_q)))
 		return 0; /* nobody queued before this call started (see weft_cond_broadcast) */
-	sync_lock(&c->_lock);
+	spin_lock(&c->_lock);
 	struct sync_waiter *n = syncq_claim(&c->_q);
-	sync_unlock(&c->_lock);
+	spin_unlock(&c->_lock);
 	syncq_finish(n);
 	return n != NULL;
 }
@@ -64,12 +64,12 @@ int weft_cond_signal(weft_cond *c)
  * condition's lock, before releasing the mutex under which the signaller changed the state. */
 int weft_cond_broadcast(weft_cond *c)
 {
-	if (__atomic_load_n(&c->_q._first, __ATOMIC_RELAXED) == NULL)
+	if (waitq_maybe_empty(WAITQ_OF(&c->_q)))
 		return 0;
 	unsigned k;
-	sync_lock(&c->_lock);
+	spin_lock(&c->_lock);
 	struct sync_waiter *all = syncq_claim_all(&c->_q, &k);
-	sync_unlock(&c->_lock);
+	spin_unlock(&c->_lock);
 	syncq_finish_all(all);
 	return (int)k;
 }

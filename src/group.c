@@ -63,7 +63,7 @@
 #include "weft.h"
 
 struct weft_group {
-	unsigned lock;             /* sync_lock: guards every field below */
+	spinlock lock;             /* guards every field below */
 	bool cancelled;
 	int error;                 /* the first non-zero result of a member; 0 while none */
 	int64_t live;              /* members spawned and not yet ended (read unlocked: len) */
@@ -96,9 +96,9 @@ static bool mark_task(weft_task *t)
 	bool unparked = !wait_cancel_parked(t);
 	spin_lock(&t->join_lock);
 	for (weft_group *g = t->groups; g; g = g->owned_next) {
-		sync_lock(&g->lock);
+		spin_lock(&g->lock);
 		unparked |= mark_group(g);
-		sync_unlock(&g->lock);
+		spin_unlock(&g->lock);
 	}
 	spin_unlock(&t->join_lock);
 	return unparked;
@@ -115,18 +115,18 @@ void group_cancel_task(weft_task *t)
 /* g is alive (the caller is a member, a waiter, or holds it); g->lock is not held. */
 static void cancel_group(weft_group *g)
 {
-	sync_lock(&g->lock);
+	spin_lock(&g->lock);
 	if (g->cancelled) { /* marked already: later members are refused */
-		sync_unlock(&g->lock);
+		spin_unlock(&g->lock);
 		return;
 	}
 	bool unparked = mark_group(g);
-	sync_unlock(&g->lock);
+	spin_unlock(&g->lock);
 	if (unparked && asym_on()) {
 		asym_heavy_retry();
-		sync_lock(&g->lock);
+		spin_lock(&g->lock);
 		mark_group(g);
-		sync_unlock(&g->lock);
+		spin_unlock(&g->lock);
 	}
 }
 
@@ -169,7 +169,7 @@ static struct sync_waiter *count_out(weft_group *g)
 void group_leave(weft_task *t, int result)
 {
 	weft_group *g = t->group;
-	sync_lock(&g->lock);
+	spin_lock(&g->lock);
 	unlink_member(g, t);
 	bool cancel = result != 0 && g->error == 0 && !g->cancelled;
 	if (result != 0 && g->error == 0)
@@ -177,12 +177,12 @@ void group_leave(weft_task *t, int result)
 	struct sync_waiter *all = NULL;
 	if (!cancel)
 		all = count_out(g);
-	sync_unlock(&g->lock);
+	spin_unlock(&g->lock);
 	if (cancel) { /* the first failure: still counted in, so g stays alive meanwhile */
 		cancel_group(g);
-		sync_lock(&g->lock);
+		spin_lock(&g->lock);
 		all = count_out(g);
-		sync_unlock(&g->lock);
+		spin_unlock(&g->lock);
 	}
 	syncq_finish_all(all);
 }
@@ -192,10 +192,10 @@ void group_disown(weft_task *t)
 	spin_lock(&t->join_lock);
 	for (weft_group *g = t->groups, *next; g; g = next) {
 		next = g->owned_next;
-		sync_lock(&g->lock);
+		spin_lock(&g->lock);
 		g->owner = NULL;
 		g->owned_next = g->owned_prev = NULL;
-		sync_unlock(&g->lock);
+		spin_unlock(&g->lock);
 	}
 	__atomic_store_n(&t->groups, NULL, __ATOMIC_RELAXED);
 	spin_unlock(&t->join_lock);
@@ -246,14 +246,14 @@ static int spawn_member(weft_group *g, int (*fn)(void *), void *arg, const weft_
 	t->member_fn = fn;
 	t->group = g;
 	t->limit = g->deadline;
-	sync_lock(&g->lock);
+	spin_lock(&g->lock);
 	if (g->cancelled) {
-		sync_unlock(&g->lock);
+		spin_unlock(&g->lock);
 		task_discard(t);
 		return -ECANCELED;
 	}
 	link_member(g, t);
-	sync_unlock(&g->lock);
+	spin_unlock(&g->lock);
 	task_start(t); /* a cancel walk that found it first has marked it: it starts cancelled */
 	return 0;
 }
@@ -275,15 +275,15 @@ int weft_group_wait_until(weft_group *g, int64_t deadline)
 	struct worker *w = worker_self();
 	weft_task *self = w ? w->cur : NULL;
 	bool cancellable = true;
-	sync_lock(&g->lock);
+	spin_lock(&g->lock);
 	for (;;) {
 		if (g->live == 0) {
 			int e = g->error;
-			sync_unlock(&g->lock);
+			spin_unlock(&g->lock);
 			return e;
 		}
 		if (deadline_passed(deadline)) {
-			sync_unlock(&g->lock);
+			spin_unlock(&g->lock);
 			return -ETIMEDOUT;
 		}
 		struct sync_waiter n = { 0 };
@@ -291,15 +291,15 @@ int weft_group_wait_until(weft_group *g, int64_t deadline)
 		if (r == 0)
 			return (int)(intptr_t)n.want;
 		if (r != -ECANCELED || !self || g->owner != self) {
-			sync_unlock(&g->lock);
+			spin_unlock(&g->lock);
 			return r;
 		}
 		/* The owner is cancelled (or reached its own deadline): so is the group, and the
 		 * wait goes on until its members have wound up. */
 		cancellable = false;
-		sync_unlock(&g->lock);
+		spin_unlock(&g->lock);
 		cancel_group(g);
-		sync_lock(&g->lock);
+		spin_lock(&g->lock);
 	}
 }
 
@@ -326,10 +326,10 @@ void weft_group_free(weft_group *g)
 	if (!g)
 		return;
 	for (;;) {
-		sync_lock(&g->lock);
+		spin_lock(&g->lock);
 		if (g->live || !syncq_empty(&g->waiters)) {
 			long long n = (long long)g->live;
-			sync_unlock(&g->lock);
+			spin_unlock(&g->lock);
 			if (n)
 				fprintf(stderr, "weft: weft_group_free on a group with %lld member%s\n",
 					n, n == 1 ? "" : "s");
@@ -339,7 +339,7 @@ void weft_group_free(weft_group *g)
 		}
 		weft_task *o = g->owner;
 		if (!o) {
-			sync_unlock(&g->lock);
+			spin_unlock(&g->lock);
 			break;
 		}
 		/* Upwards in the lock order: only try (see the top of this file). */
@@ -351,10 +351,10 @@ void weft_group_free(weft_group *g)
 			if (g->owned_next)
 				g->owned_next->owned_prev = g->owned_prev;
 			spin_unlock(&o->join_lock);
-			sync_unlock(&g->lock);
+			spin_unlock(&g->lock);
 			break;
 		}
-		sync_unlock(&g->lock);
+		spin_unlock(&g->lock);
 		cpu_relax();
 	}
 	free(g);

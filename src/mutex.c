@@ -1,8 +1,9 @@
 /*
  * mutex.c - weft_mutex, a task-aware lock built for contention.
  *
- * The seed's experiment (N tasks each taking one global lock 10^6 times around an increment)
- * is won or lost on two things: what a contended lock costs, and where the contenders run.
+ * A lock that many tasks take over and over (N tasks each incrementing a shared counter under
+ * it, say) is fast or slow for two reasons: what a contended lock costs, and where the
+ * contenders run.
  *
  * The state. Three bytes side by side, in one cache line with the queue:
  *
@@ -41,10 +42,11 @@
  * runs when the holder's core lets it, or at once on an idle core that steals it from the
  * `next` slot (sched.c's idle workers do). There it must not fight the holder: a holder that
  * takes the lock again and again leaves it free for a few ns between two increments, and a
- * head on another core that grabbed it then would start both cores bouncing the line at
- * ~100 ns a transfer. So the head takes a free lock only if nobody has unlocked since it
- * last looked (_ticks, counted by unlocks while waiters are queued, has not moved: the holder
- * has gone quiet) or if the last taker is on its own worker (not running now). Otherwise,
+ * head on another core that grabbed it then would start both cores bouncing the line, a
+ * cross-core transfer per increment. So the head takes a free lock only if nobody has unlocked
+ * since it last looked (_ticks, counted by unlocks while waiters are queued, has not moved:
+ * the holder has gone quiet) or if the last taker is on its own worker (not running now).
+ * Otherwise,
  * and whenever it finds the lock held, it parks again with a timer (BACKOFF_MIN..MAX,
  * doubling) rather than asking to be woken at the next unlock, which would repeat the round
  * trip at every unlock. It touches the lock a few times per turn, at no measurable cost
@@ -61,9 +63,8 @@
  * the queue, not the time it reached the head: behind a head that was served late, the next
  * ones have waited as long, and each gets the lock after at most CHECK_EVERY unlocks of the
  * one before. So the queue drains in one pass, a switch per waiter, and then barging resumes.
- * No waiter waits much more than TURN_NS plus one such pass (bench/mutex, 1000 tasks on 2
- * workers: the longest wait was 1.0 s when each head's clock started at the head, one turn
- * per waiter ahead of it).
+ * No waiter waits much more than TURN_NS plus one such pass; a clock started when a waiter
+ * reached the head would make it wait a turn per waiter ahead of it.
  *
  * Deadlines and cancellation. A waiter that wakes for its own deadline or a cancel takes the
  * queue lock and unlinks itself; if it was the woken head and the lock is free, it wakes the
@@ -77,7 +78,7 @@
  * _flags is a store followed by a load, which the processor may reorder (x86's store buffer):
  * the load can read flags from before a waiter published WAITERS, while the waiter still sees
  * the lock held, and then nobody wakes that waiter. It is Dekker's problem, and the usual cure
- * is a full fence in every unlock (a locked instruction, ~2 ns of the ~4.5 a pair cost here).
+ * is a full fence in every unlock (a locked instruction, about half of what a pair costs).
  * weft puts the whole fence on the waiter's side instead, as liburcu does: the unlock has only
  * a compiler barrier, and a waiter about to park on the promise that an unlock will wake it
  * first runs membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), which makes every running thread of
@@ -102,12 +103,14 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "asym.h"
 #include "sched.h"
 #include "syncq.h"
 #include "wait.h"
+#include "waitq.h"
 #include "weft.h"
 
 enum { /* _flags */
@@ -124,7 +127,7 @@ enum { /* _flags */
 #define HAMMER_NS 250           /* a holder unlocking more often than this is not letting go */
 
 struct mutex_waiter {
-	struct mutex_waiter *next, *prev;
+	struct waitq_link link; /* in m's queue (waitq.h), whose ends are m->_head and m->_tail */
 	struct wait *w;
 	bool woken;     /* head, woken to retry: retries on a timer, no unlock wakes it again */
 	bool starving;  /* head for a whole turn: the next unlock hands the lock over */
@@ -133,6 +136,7 @@ struct mutex_waiter {
 	int64_t seen_at; /* and when */
 	int64_t since;  /* when it joined the queue */
 };
+_Static_assert(offsetof(struct mutex_waiter, link) == 0, "waitq.h: the link comes first");
 
 /* ---- the release's fence ------------------------------------------------------------------ */
 
@@ -222,17 +226,26 @@ static void set_turn(weft_mutex *m, struct mutex_waiter *head)
 
 /* ---- the queue (under _qlock) ------------------------------------------------------------- */
 
+/* spin.h's lock, in the byte weft.h gives it beside _locked and _flags. */
 static void qlock(weft_mutex *m)
 {
-	while (__atomic_exchange_n(&m->_qlock, 1, __ATOMIC_ACQUIRE))
-		while (__atomic_load_n(&m->_qlock, __ATOMIC_RELAXED))
-			cpu_relax();
+	spin_lock_byte(&m->_qlock);
+}
+
+static inline struct waitq queue(weft_mutex *m)
+{
+	return (struct waitq){ &m->_head, &m->_tail };
+}
+
+static inline struct mutex_waiter *head_of(weft_mutex *m)
+{
+	return (struct mutex_waiter *)waitq_first(queue(m));
 }
 
 /* The flags for the queue as it is. */
 static unsigned qflags(weft_mutex *m)
 {
-	struct mutex_waiter *h = m->_head;
+	struct mutex_waiter *h = head_of(m);
 	if (!h)
 		return 0;
 	return M_WAITERS | (h->woken ? M_WOKEN : 0) | (h->starving ? M_STARVING : 0);
@@ -242,37 +255,24 @@ static unsigned qflags(weft_mutex *m)
 static void qunlock(weft_mutex *m)
 {
 	__atomic_store_n(&m->_flags, (unsigned char)qflags(m), __ATOMIC_RELAXED);
-	__atomic_store_n(&m->_qlock, 0, __ATOMIC_RELEASE);
+	spin_unlock_byte(&m->_qlock);
 }
 
-static void link_tail(weft_mutex *m, struct mutex_waiter *n)
+static inline void link_tail(weft_mutex *m, struct mutex_waiter *n)
 {
-	struct mutex_waiter *t = m->_tail;
-	n->next = NULL;
-	n->prev = t;
 	n->since = weft_now();
-	if (t) {
-		t->next = n;
-	} else {
-		m->_head = n;
+	waitq_push_back(queue(m), &n->link);
+	if (head_of(m) == n)
 		set_turn(m, n);
-	}
-	m->_tail = n;
 }
 
-static void unlink_node(weft_mutex *m, struct mutex_waiter *n)
+static inline void unlink_node(weft_mutex *m, struct mutex_waiter *n)
 {
-	if (n->prev) {
-		n->prev->next = n->next;
-	} else {
-		m->_head = n->next;
-		if (n->next)
-			set_turn(m, n->next);
-	}
-	if (n->next)
-		n->next->prev = n->prev;
-	else
-		m->_tail = n->prev;
+	bool was_head = head_of(m) == n;
+	waitq_remove(queue(m), &n->link);
+	struct mutex_waiter *h = head_of(m);
+	if (was_head && h)
+		set_turn(m, h);
 }
 
 /* ---- waking (_qlock held; both release it) ------------------------------------------------ */
@@ -280,7 +280,7 @@ static void unlink_node(weft_mutex *m, struct mutex_waiter *n)
 /* Wake the head to retry (it does not get the lock). */
 static void wake_head(weft_mutex *m)
 {
-	struct mutex_waiter *h = m->_head;
+	struct mutex_waiter *h = head_of(m);
 	h->woken = true;
 	h->seen = ticks(m);
 	h->seen_at = weft_now();
@@ -294,7 +294,7 @@ static void wake_head(weft_mutex *m)
 /* Hand the lock, which the caller holds, to the head. */
 static void grant_head(weft_mutex *m)
 {
-	struct mutex_waiter *h = m->_head;
+	struct mutex_waiter *h = head_of(m);
 	unlink_node(m, h);
 	h->granted = true;
 	struct wait *w = h->w;
@@ -322,7 +322,7 @@ static __attribute__((noinline)) void unlock_slow(weft_mutex *m, unsigned f)
 	if (!unlock_acts(f))
 		return;
 	qlock(m);
-	struct mutex_waiter *h = m->_head;
+	struct mutex_waiter *h = head_of(m);
 	if (!h || locked(m) || (h->woken && !h->starving)) {
 		qunlock(m);
 	} else if (!h->starving) {
@@ -420,13 +420,13 @@ static bool park_or_take(weft_mutex *m, struct mutex_waiter *n)
  * left relying on an unlock that has already passed. */
 static void leave(weft_mutex *m, struct mutex_waiter *n)
 {
-	bool hands_on = n->woken || (m->_head == n && n->next);
+	bool hands_on = n->woken || (head_of(m) == n && n->link.next);
 	unlink_node(m, n);
 	qunlock(m);
 	if (!hands_on || recheck(m))
 		return;
 	qlock(m); /* no barrier: wake the new head, which then retries on its own timer */
-	struct mutex_waiter *h = m->_head;
+	struct mutex_waiter *h = head_of(m);
 	if (h && !h->woken)
 		wake_head(m);
 	else
@@ -468,7 +468,7 @@ static int lock_wait(weft_mutex *m, int64_t deadline, bool cancellable)
 		/* Only a head's flags tell an unlock to act: behind it our node changes nothing an
 		 * unlock reads, and whoever makes us the head later holds the lock (a grant, a woken
 		 * head taking it) or rechecks (leave). */
-		bool head = m->_head == &n;
+		bool head = head_of(m) == &n;
 		if (park_or_take(m, &n)) {
 			wait_abandon(n.w); /* a cancel may have claimed it meanwhile: the lock wins */
 			own(m);
@@ -510,8 +510,8 @@ void weft_mutex_init(weft_mutex *m)
 	*m = (weft_mutex)WEFT_MUTEX_INIT;
 }
 
-/* Both ends of the pair start a cache line: where the linker happened to put them moved the
- * uncontended pair between 2.5 and 2.9 ns (bench/mutex, same code). */
+/* Both ends of the pair start a cache line: otherwise where the linker happens to put them
+ * moves the cost of the uncontended pair from build to build. */
 __attribute__((aligned(64))) void weft_mutex_lock(weft_mutex *m)
 {
 	if (__builtin_expect(take(m), 1)) {
@@ -589,7 +589,7 @@ static __attribute__((noinline)) void unlock_at_turn(weft_mutex *m, unsigned f)
 	if ((f & M_STARVING) ||
 	    weft_now() - __atomic_load_n(&m->_turn, __ATOMIC_RELAXED) >= TURN_NS) {
 		qlock(m);
-		if (m->_head) {
+		if (head_of(m)) {
 			grant_head(m);
 			return;
 		}
@@ -599,8 +599,7 @@ static __attribute__((noinline)) void unlock_at_turn(weft_mutex *m, unsigned f)
 }
 
 /* The common cases, contended or not, call nothing but in tail position, so they need no stack
- * frame: every store before the next lock's `xchg` is one more it waits for (contended, 4.3 ->
- * 3.7 ns per increment on 2 workers). */
+ * frame: every store before the next lock's `xchg` is one more it waits for. */
 __attribute__((aligned(64))) void weft_mutex_unlock(weft_mutex *m)
 {
 	if (__builtin_expect(!locked(m), 0))

@@ -8,7 +8,7 @@
  *
  *   ready   the edges (EPOLLIN/EPOLLOUT) seen while nobody waited: the next waiter in that
  *           direction retries its system call instead of parking;
- *   rd, wr  the task parked for reading / for writing (one each: a second concurrent waiter
+ *   reader, writer  the task parked for reading / for writing (one each: a second waiter
  *           in the same direction gets -EBUSY, as a socket read by two tasks at once is a bug).
  *
  * A waiter checks `ready` under the fdesc lock after its system call said EAGAIN, so an edge
@@ -20,8 +20,8 @@
  * is empty or the buffer full. Any data after it comes with a new edge. So the next read need
  * not try its system call, which would only say EAGAIN: it waits for that edge first (io.c),
  * one system call less per request of a request/response protocol. `drained` records such a
- * read, as rd_edges + 1 taken before its system call: an edge taken by any poll_wait since
- * (rd_edges moved) voids it, since that edge may be for data nobody has read yet. The
+ * read, as read_edges + 1 taken before its system call: an edge taken by any poll_wait since
+ * (read_edges moved) voids it, since that edge may be for data nobody has read yet. The
  * exceptions, where a short read leaves something behind, each announce themselves in the
  * edge that brought them: urgent data (the read stops at its mark; EPOLLPRI), the end of the
  * stream (once the last bytes are read, the next read returns 0 at once; EPOLLRDHUP) and
@@ -70,12 +70,12 @@ struct fdesc {
 	_Atomic signed char user_nonblock; /* -1: weft has not touched the fd's flags */
 	atomic_bool not_socket;            /* write(2) it is: send(2) said ENOTSOCK */
 	uint32_t ready;
-	struct wait *rd, *wr;
-	struct poll_node *polls;           /* tasks in poll(2) on this fd (poll_fds) */
+	struct wait *reader, *writer;
+	struct weft_waitq polls;           /* poll(2) and select on this fd: poll_nodes */
 	/* drained reads */
 	_Atomic signed char drains;        /* a short read empties fd: 1 (TCP), 0, -1 not known */
-	_Atomic uint32_t rd_edges;         /* read edges taken by poll_wait */
-	_Atomic uint32_t drained;          /* rd_edges + 1 as of a short read, or 0 */
+	_Atomic uint32_t read_edges;         /* read edges taken by poll_wait */
+	_Atomic uint32_t drained;          /* read_edges + 1 as of a short read, or 0 */
 };
 
 static struct {
@@ -83,24 +83,24 @@ static struct {
 	atomic_int waiters;
 	pthread_mutex_t grow;
 	struct fdesc *_Atomic chunks[MAX_CHUNKS];
-} P = { .ep = -1, .ev = -1, .grow = PTHREAD_MUTEX_INITIALIZER };
+} poller = { .ep = -1, .ev = -1, .grow = PTHREAD_MUTEX_INITIALIZER };
 
 static struct fdesc *fdesc_of(int fd, bool create)
 {
 	if (fd < 0 || fd / CHUNK >= MAX_CHUNKS)
 		return NULL;
-	struct fdesc *c = atomic_load_explicit(&P.chunks[fd / CHUNK], memory_order_acquire);
+	struct fdesc *c = atomic_load_explicit(&poller.chunks[fd / CHUNK], memory_order_acquire);
 	if (!c && create) {
-		pthread_mutex_lock(&P.grow);
-		c = atomic_load(&P.chunks[fd / CHUNK]);
+		pthread_mutex_lock(&poller.grow);
+		c = atomic_load(&poller.chunks[fd / CHUNK]);
 		if (!c && (c = calloc(CHUNK, sizeof *c))) {
 			for (int i = 0; i < CHUNK; i++) {
 				atomic_init(&c[i].user_nonblock, -1);
 				atomic_init(&c[i].drains, -1);
 			}
-			atomic_store_explicit(&P.chunks[fd / CHUNK], c, memory_order_release);
+			atomic_store_explicit(&poller.chunks[fd / CHUNK], c, memory_order_release);
 		}
-		pthread_mutex_unlock(&P.grow);
+		pthread_mutex_unlock(&poller.grow);
 	}
 	return c ? &c[fd % CHUNK] : NULL;
 }
@@ -109,21 +109,21 @@ static struct fdesc *fdesc_of(int fd, bool create)
  * one run stay usable in the next. */
 int poll_init(void)
 {
-	if (P.ep >= 0)
+	if (poller.ep >= 0)
 		return 0;
 	int ep = epoll_create1(EPOLL_CLOEXEC);
-	P.ev = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (ep < 0 || P.ev < 0)
+	poller.ev = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (ep < 0 || poller.ev < 0)
 		return -errno;
 	struct epoll_event e = { .events = EPOLLIN, .data.fd = -1 };
-	int r = epoll_ctl(ep, EPOLL_CTL_ADD, P.ev, &e) < 0 ? -errno : 0;
-	__atomic_store_n(&P.ep, ep, __ATOMIC_RELEASE); /* poll_started: a plain thread may look */
+	int r = epoll_ctl(ep, EPOLL_CTL_ADD, poller.ev, &e) < 0 ? -errno : 0;
+	__atomic_store_n(&poller.ep, ep, __ATOMIC_RELEASE); /* poll_started: a plain thread may look */
 	return r;
 }
 
 bool poll_started(void)
 {
-	return __atomic_load_n(&P.ep, __ATOMIC_ACQUIRE) >= 0;
+	return __atomic_load_n(&poller.ep, __ATOMIC_ACQUIRE) >= 0;
 }
 
 
@@ -176,7 +176,7 @@ int poll_observers(int fd)
 	if (!d)
 		return 0;
 	spin_lock(&d->lock);
-	for (struct poll_node *p = d->polls; p; p = p->next)
+	for (struct waitq_link *l = waitq_first(WAITQ_OF(&d->polls)); l; l = l->next)
 		n++;
 	spin_unlock(&d->lock);
 	return n;
@@ -184,7 +184,7 @@ int poll_observers(int fd)
 
 int poll_waiters(void)
 {
-	return atomic_load_explicit(&P.waiters, memory_order_relaxed);
+	return atomic_load_explicit(&poller.waiters, memory_order_relaxed);
 }
 
 /* ---- drained reads ---- */
@@ -192,7 +192,7 @@ int poll_waiters(void)
 uint32_t poll_read_token(int fd)
 {
 	struct fdesc *d = fdesc_of(fd, false);
-	return d ? atomic_load_explicit(&d->rd_edges, memory_order_relaxed) : 0;
+	return d ? atomic_load_explicit(&d->read_edges, memory_order_relaxed) : 0;
 }
 
 /* Whether fd is a TCP socket that wakes up for every byte (SO_RCVLOWAT 1): what the rule needs. */
@@ -244,7 +244,7 @@ static bool read_drained(int fd)
 	if (!d)
 		return false;
 	uint32_t at = atomic_load_explicit(&d->drained, memory_order_relaxed);
-	return at && at == atomic_load_explicit(&d->rd_edges, memory_order_relaxed) + 1;
+	return at && at == atomic_load_explicit(&d->read_edges, memory_order_relaxed) + 1;
 }
 
 /* Not with a deadline already past: that caller wants the kernel's answer, which may be ahead
@@ -265,7 +265,7 @@ static int ensure_registered(int fd, struct fdesc *d)
 		return 0;
 	struct epoll_event e = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLET,
 				 .data.fd = fd };
-	if (epoll_ctl(P.ep, EPOLL_CTL_ADD, fd, &e) < 0 && errno != EEXIST)
+	if (epoll_ctl(poller.ep, EPOLL_CTL_ADD, fd, &e) < 0 && errno != EEXIST)
 		return -errno;
 	atomic_store_explicit(&d->registered, true, memory_order_relaxed);
 	return 0;
@@ -276,15 +276,15 @@ int poll_wait(int fd, uint32_t events, int64_t deadline)
 	struct fdesc *d = fdesc_of(fd, true);
 	if (!d)
 		return -EBADF;
-	bool rd = events & EPOLLIN;
-	struct wait **slot = rd ? &d->rd : &d->wr;
-	uint32_t bit = rd ? EPOLLIN : EPOLLOUT;
+	bool reading = events & EPOLLIN;
+	struct wait **slot = reading ? &d->reader : &d->writer;
+	uint32_t bit = reading ? EPOLLIN : EPOLLOUT;
 	spin_lock(&d->lock);
 	int err = ensure_registered(fd, d);
 	if (!err && (d->ready & bit)) { /* an edge came since the caller's last try */
 		d->ready &= ~bit;
-		if (rd)
-			atomic_fetch_add_explicit(&d->rd_edges, 1, memory_order_relaxed);
+		if (reading)
+			atomic_fetch_add_explicit(&d->read_edges, 1, memory_order_relaxed);
 		spin_unlock(&d->lock);
 		return 0;
 	}
@@ -294,9 +294,9 @@ int poll_wait(int fd, uint32_t events, int64_t deadline)
 		spin_unlock(&d->lock);
 		return err;
 	}
-	struct wait *w = wait_begin(rd ? "fd read" : "fd write", (void *)(intptr_t)fd);
+	struct wait *w = wait_begin(reading ? "fd read" : "fd write", (void *)(intptr_t)fd);
 	*slot = w;
-	atomic_fetch_add(&P.waiters, 1);
+	atomic_fetch_add(&poller.waiters, 1);
 	spin_unlock(&d->lock);
 	int r = wait_park(w, deadline);
 	if (r == -ETIMEDOUT || r == -ECANCELED) { /* nobody took us out of the slot */
@@ -304,17 +304,17 @@ int poll_wait(int fd, uint32_t events, int64_t deadline)
 		if (*slot == w)
 			*slot = NULL;
 		spin_unlock(&d->lock);
-	} else if (r == 0 && rd) {
-		atomic_fetch_add_explicit(&d->rd_edges, 1, memory_order_relaxed);
+	} else if (r == 0 && reading) {
+		atomic_fetch_add_explicit(&d->read_edges, 1, memory_order_relaxed);
 	}
-	atomic_fetch_sub(&P.waiters, 1);
+	atomic_fetch_sub(&poller.waiters, 1);
 	return r;
 }
 
 /* ---- poll(2) on several fds (the shim) ----
  *
  * A poll is an observer, not a reader: it must not take the edge a reader of the same fd is
- * owed, and any number of tasks may poll one fd. So it does not use the rd/wr slots and
+ * owed, and any number of tasks may poll one fd. So it does not use the reader/writer slots and
  * `ready`. It links a node per pollfd into each fd's `polls` list, all pointing at one wait
  * record (as weft_select puts one record on several channels), and only then asks the kernel
  * what is ready: readiness from before the nodes were linked is in the kernel's answer, and
@@ -338,37 +338,29 @@ static int link_node(const struct pollfd *p, struct poll_node *n, struct wait *w
 	struct fdesc *d = fdesc_of(p->fd, true);
 	if (!d)
 		return -EBADF;
-	*n = (struct poll_node){ .w = w, .mask = node_mask(p->events), .d = d, .won = won };
+	*n = (struct poll_node){ .w = w, .mask = node_mask(p->events), .won = won };
 	spin_lock(&d->lock);
 	int err = ensure_registered(p->fd, d);
 	if (!err) {
-		if ((n->next = d->polls))
-			n->next->pprev = &n->next;
-		d->polls = n;
-		n->pprev = &d->polls;
+		waitq_push_front(WAITQ_OF(&d->polls), &n->link);
+		n->d = d;
 	}
 	spin_unlock(&d->lock);
 	return err;
-}
-
-static void unlink_node(struct poll_node *n)
-{
-	if (n->next)
-		n->next->pprev = n->pprev;
-	*n->pprev = n->next;
-	n->pprev = NULL;
 }
 
 /* Claim the waiters of d's nodes that events concern, unlinking their nodes onto *woken, to be
  * finished once the lock is dropped. Lock held. */
 static void claim_polls(struct fdesc *d, uint32_t events, struct poll_node **woken)
 {
-	for (struct poll_node *n = d->polls, *next; n; n = next) {
-		next = n->next;
+	struct waitq q = WAITQ_OF(&d->polls);
+	for (struct waitq_link *l = waitq_first(q), *next; l; l = next) {
+		struct poll_node *n = (struct poll_node *)l;
+		next = l->next;
 		if ((n->mask & events) && wait_claim(n->w)) {
 			if (n->won)
 				*n->won = n;
-			unlink_node(n);
+			waitq_remove(q, &n->link);
 			n->next = *woken;
 			*woken = n;
 		}
@@ -394,8 +386,8 @@ void poll_unlink_all(struct poll_node *node, int n)
 		if (!d)
 			continue;
 		spin_lock(&d->lock);
-		if (node[i].pprev)
-			unlink_node(&node[i]);
+		if (waitq_linked(&node[i].link))
+			waitq_remove(WAITQ_OF(&d->polls), &node[i].link);
 		spin_unlock(&d->lock);
 	}
 }
@@ -423,7 +415,7 @@ int poll_link_all(const struct pollfd *fds, int n, struct poll_node *node, struc
 
 void poll_waiters_add(int d)
 {
-	atomic_fetch_add(&P.waiters, d);
+	atomic_fetch_add(&poller.waiters, d);
 }
 
 int poll_fds(struct pollfd *fds, int n, int64_t deadline)
@@ -432,7 +424,7 @@ int poll_fds(struct pollfd *fds, int n, int64_t deadline)
 	if (!node)
 		return -ENOMEM;
 	int r, linked;
-	atomic_fetch_add(&P.waiters, 1);
+	atomic_fetch_add(&poller.waiters, 1);
 	for (;;) {
 		struct wait *w = wait_begin("poll", fds);
 		int err = poll_link_all(fds, n, node, w, NULL, &linked);
@@ -457,7 +449,7 @@ int poll_fds(struct pollfd *fds, int n, int64_t deadline)
 		if (r != 0)
 			break;
 	}
-	atomic_fetch_sub(&P.waiters, 1);
+	atomic_fetch_sub(&poller.waiters, 1);
 	if (node != small)
 		free(node);
 	return r;
@@ -483,13 +475,13 @@ static int epoll_wait_ns(struct epoll_event *ev, int max, struct timespec *tp)
 {
 	static atomic_bool no_pwait2;
 	if (!atomic_load_explicit(&no_pwait2, memory_order_relaxed)) {
-		int n = epoll_pwait2(P.ep, ev, max, tp, NULL);
+		int n = epoll_pwait2(poller.ep, ev, max, tp, NULL);
 		if (n >= 0 || errno != ENOSYS)
 			return n;
 		atomic_store(&no_pwait2, true);
 	}
 	int ms = tp ? (int)(tp->tv_sec * 1000 + tp->tv_nsec / 1000000) : -1;
-	return epoll_wait(P.ep, ev, max, ms);
+	return epoll_wait(poller.ep, ev, max, ms);
 }
 
 void poll_collect(struct poll_batch *b, int64_t deadline)
@@ -512,7 +504,7 @@ int poll_dispatch(const struct poll_batch *b)
 		uint32_t e = b->ev[i].events;
 		if (fd < 0) {
 			uint64_t v;
-			if (sys_read(P.ev, &v, sizeof v) < 0) {
+			if (sys_read(poller.ev, &v, sizeof v) < 0) {
 			}
 			continue;
 		}
@@ -525,9 +517,9 @@ int poll_dispatch(const struct poll_batch *b)
 			atomic_store_explicit(&d->drains, 0, memory_order_release);
 		spin_lock(&d->lock);
 		if (e & (EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
-			r = deliver(d, &d->rd, EPOLLIN);
+			r = deliver(d, &d->reader, EPOLLIN);
 		if (e & (EPOLLOUT | EPOLLHUP | EPOLLERR))
-			w = deliver(d, &d->wr, EPOLLOUT);
+			w = deliver(d, &d->writer, EPOLLOUT);
 		claim_polls(d, e, &polls);
 		spin_unlock(&d->lock);
 		if (r)
@@ -557,7 +549,7 @@ void poll_interrupt(void)
 {
 	atomic_fetch_add_explicit(&interrupts, 1, memory_order_relaxed);
 	uint64_t one = 1;
-	if (sys_write(P.ev, &one, sizeof one) < 0) {
+	if (sys_write(poller.ev, &one, sizeof one) < 0) {
 	}
 }
 
@@ -572,16 +564,16 @@ void poll_forget(int fd)
 		return;
 	spin_lock(&d->lock);
 	if (atomic_load_explicit(&d->registered, memory_order_relaxed))
-		epoll_ctl(P.ep, EPOLL_CTL_DEL, fd, NULL);
+		epoll_ctl(poller.ep, EPOLL_CTL_DEL, fd, NULL);
 	atomic_store_explicit(&d->registered, false, memory_order_relaxed);
 	d->ready = 0;
 	atomic_store_explicit(&d->user_nonblock, -1, memory_order_relaxed);
 	atomic_store_explicit(&d->not_socket, false, memory_order_relaxed);
 	atomic_store_explicit(&d->drains, -1, memory_order_relaxed);
 	atomic_store_explicit(&d->drained, 0, memory_order_relaxed);
-	struct wait *r = d->rd && wait_claim(d->rd) ? d->rd : NULL;
-	struct wait *w = d->wr && wait_claim(d->wr) ? d->wr : NULL;
-	d->rd = d->wr = NULL;
+	struct wait *r = d->reader && wait_claim(d->reader) ? d->reader : NULL;
+	struct wait *w = d->writer && wait_claim(d->writer) ? d->writer : NULL;
+	d->reader = d->writer = NULL;
 	struct poll_node *polls = NULL;
 	claim_polls(d, ~0u, &polls);
 	spin_unlock(&d->lock);

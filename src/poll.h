@@ -6,10 +6,13 @@
 #define WEFT_POLL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+
+#include "waitq.h"
 
 /* libweft-shim.so calls the functions marked SHIM_API across the library boundary. They are
  * the only internals libweft.so exports (the rest is hidden: the Makefile's
@@ -40,13 +43,16 @@ int poll_fds(struct pollfd *fds, int n, int64_t deadline) SHIM_API(poll_fds);
 struct fdesc;
 struct wait;
 struct poll_node {
+	struct waitq_link link;        /* in d's list of observers (waitq.h), while linked */
+	struct poll_node *next;        /* once claimed: the chain of nodes to finish (not in
+					* `link`: poll_unlink_all asks waitq_linked of it) */
 	struct wait *w;
 	uint32_t mask;                 /* the epoll events that concern it */
-	struct fdesc *d;               /* whose list it is in (not found again through the
-					* caller's array, which may change under us) */
-	struct poll_node *next, **pprev; /* in d's list; pprev NULL once unlinked */
+	struct fdesc *d;               /* whose list it is in, once linked (not found again
+					* through the caller's array, which may change under us) */
 	struct poll_node **won;        /* where its claimer says it was this node, or NULL */
 };
+_Static_assert(offsetof(struct poll_node, link) == 0, "waitq.h: the link comes first");
 /* Link node[i] for fds[i] (fd < 0: skipped); 0 or -errno (epoll refuses an fd). *linked: how
  * many nodes to give to poll_unlink_all, also after an error. */
 int poll_link_all(const struct pollfd *fds, int n, struct poll_node *node, struct wait *w,

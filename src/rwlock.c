@@ -61,7 +61,7 @@ static struct sync_waiter *admit(weft_rwlock *rw, bool readers_first)
 
 static int lock_until(weft_rwlock *rw, int kind, int64_t deadline, bool cancellable)
 {
-	sync_lock(&rw->_lock);
+	spin_lock(&rw->_lock);
 	bool enter = kind == READ ? !rw->_writer && syncq_empty(&rw->_wq)
 				  : !rw->_writer && rw->_readers == 0;
 	if (enter) {
@@ -69,7 +69,7 @@ static int lock_until(weft_rwlock *rw, int kind, int64_t deadline, bool cancella
 			rw->_readers++;
 		else
 			rw->_writer = 1;
-		sync_unlock(&rw->_lock);
+		spin_unlock(&rw->_lock);
 		return 0;
 	}
 	int r = -ETIMEDOUT;
@@ -81,7 +81,7 @@ static int lock_until(weft_rwlock *rw, int kind, int64_t deadline, bool cancella
 			return 0;
 	}
 	struct sync_waiter *wake = kind == WRITE ? admit(rw, false) : NULL;
-	sync_unlock(&rw->_lock);
+	spin_unlock(&rw->_lock);
 	syncq_finish_all(wake);
 	return r;
 }
@@ -120,7 +120,7 @@ int weft_rwlock_trywrlock(weft_rwlock *rw)
 void weft_rwlock_unlock(weft_rwlock *rw)
 {
 	struct sync_waiter *wake = NULL;
-	sync_lock(&rw->_lock);
+	spin_lock(&rw->_lock);
 	if (rw->_writer) {
 		rw->_writer = 0;
 		wake = admit(rw, true);
@@ -128,20 +128,20 @@ void weft_rwlock_unlock(weft_rwlock *rw)
 		if (--rw->_readers == 0)
 			wake = admit(rw, false);
 	} else {
-		sync_unlock(&rw->_lock);
+		spin_unlock(&rw->_lock);
 		sync_misuse("weft_rwlock_unlock: rwlock is not locked", rw);
 	}
-	sync_unlock(&rw->_lock);
+	spin_unlock(&rw->_lock);
 	syncq_finish_all(wake);
 }
 
 void weft_rwlock_destroy(weft_rwlock *rw)
 {
 #ifdef WEFT_DEBUG
-	sync_lock(&rw->_lock);
+	spin_lock(&rw->_lock);
 	bool waiters = !syncq_empty(&rw->_rq) || !syncq_empty(&rw->_wq);
 	bool held = rw->_writer || rw->_readers;
-	sync_unlock(&rw->_lock);
+	spin_unlock(&rw->_lock);
 	if (waiters)
 		sync_misuse("weft_rwlock_destroy: rwlock has waiters", rw);
 	if (held)

@@ -176,30 +176,26 @@ static int chan_done(weft_select_case *k, int i, struct waiter *wk)
 	return i;
 }
 
-/* Queue a node per channel case, all on w (locks held). */
-static void enqueue_all(weft_select_case *k, int n, struct waiter *nodes, struct wait *w,
-			struct waiter **won)
+/* A node per case, all on w; those of channel cases for their channels (chan_park queues
+ * them). */
+static void fill_nodes(weft_select_case *k, int n, struct waiter *nodes, struct wait *w,
+		       struct waiter **won)
 {
 	for (int i = 0; i < n; i++) {
-		nodes[i] = (struct waiter){ .w = w, .len = k[i].len, .won = won, .c = k[i].chan };
-		if (!is_chan(k[i].op) || !k[i].chan)
-			continue;
-		if (k[i].op == WEFT_SELECT_SEND)
+		bool send = k[i].op == WEFT_SELECT_SEND;
+		nodes[i] = (struct waiter){ .w = w, .len = k[i].len, .won = won,
+					    .c = is_chan(k[i].op) ? k[i].chan : NULL, .send = send };
+		if (send)
 			nodes[i].src = k[i].packet;
-		else
+		else if (is_chan(k[i].op))
 			nodes[i].dst = k[i].buf;
-		chan_enqueue(k[i].chan, k[i].op == WEFT_SELECT_SEND, &nodes[i]);
 	}
 }
 
-/* After the park: every node off its queue (the winner's claimer took it off already). The
- * index of the channel case done, or -1. */
-static int leave_all(weft_select_case *k, int n, struct waiter *nodes, struct waiter *won,
-		     int r)
+/* After chan_park: the index of the channel case a waker completed (its result stored), or
+ * -1. */
+static int case_won(weft_select_case *k, struct waiter *nodes, struct waiter *won, int r)
 {
-	for (int i = 0; i < n; i++)
-		if (is_chan(k[i].op) && k[i].chan && &nodes[i] != won)
-			chan_leave(&nodes[i], k[i].op == WEFT_SELECT_SEND);
 	if (!won)
 		return -1;
 	int i = (int)(won - nodes);
@@ -224,10 +220,9 @@ static int select_chans(weft_select_case *k, int n, weft_chan **order, int m, in
 	struct waiter nodes[n ? n : 1];
 	struct waiter *won = NULL;
 	struct wait *w = wait_begin("select", k);
-	enqueue_all(k, n, nodes, w, &won);
-	unlock_all(order, m);
-	r = wait_park(w, deadline);
-	i = leave_all(k, n, nodes, won, r);
+	fill_nodes(k, n, nodes, w, &won);
+	r = chan_park(nodes, n, order, m, w, deadline, wait_park);
+	i = case_won(k, nodes, won, r);
 	return i >= 0 ? i : r;
 }
 
@@ -310,11 +305,9 @@ static int fd_index(const struct sel *s, int i)
 	return j;
 }
 
-/* Park, counted among the waiters on fds while there are FD cases: a worker then polls. */
-static int park(const struct sel *s, struct wait *w, int64_t deadline)
+/* Park, counted among the waiters on fds (there are FD cases): a worker then polls. */
+static int park_on_fds(struct wait *w, int64_t deadline)
 {
-	if (!s->nfd)
-		return wait_park(w, deadline);
 	poll_waiters_add(1);
 	if (!sched_on_a_worker())
 		sched_wake_idle(); /* a plain thread: make sure some worker comes round to poll */
@@ -338,11 +331,11 @@ static int select_all(struct sel *s, struct wait *w, int64_t deadline, int *take
 			lock_all(s->order, s->m);
 			i = do_ready(k, s->n, s->ready, &wk);
 			if (i < 0 && !(r = chan_may_wait(deadline))) {
-				enqueue_all(k, s->n, nodes, w, &won);
-				unlock_all(s->order, s->m);
-				r = park(s, w, deadline);
+				fill_nodes(k, s->n, nodes, w, &won);
+				r = chan_park(nodes, s->n, s->order, s->m, w, deadline,
+					      s->nfd ? park_on_fds : wait_park);
 				poll_unlink_all(s->pnode, linked);
-				if ((i = leave_all(k, s->n, nodes, won, r)) >= 0)
+				if ((i = case_won(k, nodes, won, r)) >= 0)
 					return i;
 				if (pwon && r == -EBADF) { /* closed through weft: do not link it again */
 					i = s->fdcase[pwon - s->pnode];

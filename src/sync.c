@@ -31,31 +31,31 @@ int weft_sem_trywait(weft_sem *s)
 	if (__atomic_load_n(&s->_count, __ATOMIC_RELAXED) == 0)
 		return -EAGAIN;
 	int r = -EAGAIN;
-	sync_lock(&s->_lock);
+	spin_lock(&s->_lock);
 	if (s->_count > 0) {
 		__atomic_store_n(&s->_count, s->_count - 1, __ATOMIC_RELAXED);
 		r = 0;
 	}
-	sync_unlock(&s->_lock);
+	spin_unlock(&s->_lock);
 	return r;
 }
 
 int weft_sem_wait_until(weft_sem *s, int64_t deadline)
 {
-	sync_lock(&s->_lock);
+	spin_lock(&s->_lock);
 	if (s->_count > 0) {
 		__atomic_store_n(&s->_count, s->_count - 1, __ATOMIC_RELAXED);
-		sync_unlock(&s->_lock);
+		spin_unlock(&s->_lock);
 		return 0;
 	}
 	if (deadline_passed(deadline)) {
-		sync_unlock(&s->_lock);
+		spin_unlock(&s->_lock);
 		return -ETIMEDOUT;
 	}
 	struct sync_waiter n = { 0 };
 	int r = syncq_wait(&s->_lock, &s->_q, &n, "semaphore", s, deadline, true);
 	if (r < 0)
-		sync_unlock(&s->_lock);
+		spin_unlock(&s->_lock);
 	return r;
 }
 
@@ -66,16 +66,16 @@ int weft_sem_wait(weft_sem *s)
 
 int weft_sem_post(weft_sem *s)
 {
-	sync_lock(&s->_lock);
+	spin_lock(&s->_lock);
 	struct sync_waiter *n = syncq_claim(&s->_q);
 	if (!n) {
 		if (s->_count == UINT_MAX) {
-			sync_unlock(&s->_lock);
+			spin_unlock(&s->_lock);
 			return -EOVERFLOW;
 		}
 		__atomic_store_n(&s->_count, s->_count + 1, __ATOMIC_RELAXED);
 	}
-	sync_unlock(&s->_lock);
+	spin_unlock(&s->_lock);
 	syncq_finish(n);
 	return 0;
 }
@@ -101,16 +101,16 @@ int weft_waitgroup_add(weft_waitgroup *wg, int64_t delta)
 {
 	struct sync_waiter *all = NULL;
 	unsigned n;
-	sync_lock(&wg->_lock);
+	spin_lock(&wg->_lock);
 	int64_t c = wg->_count + delta;
 	if (c < 0) {
-		sync_unlock(&wg->_lock);
+		spin_unlock(&wg->_lock);
 		sync_misuse("weft_waitgroup_add: negative count", wg);
 	}
 	wg->_count = c;
 	if (c == 0)
 		all = syncq_claim_all(&wg->_q, &n);
-	sync_unlock(&wg->_lock);
+	spin_unlock(&wg->_lock);
 	syncq_finish_all(all);
 	return 0;
 }
@@ -122,19 +122,19 @@ int weft_waitgroup_done(weft_waitgroup *wg)
 
 int weft_waitgroup_wait_until(weft_waitgroup *wg, int64_t deadline)
 {
-	sync_lock(&wg->_lock);
+	spin_lock(&wg->_lock);
 	if (wg->_count == 0) {
-		sync_unlock(&wg->_lock);
+		spin_unlock(&wg->_lock);
 		return 0;
 	}
 	if (deadline_passed(deadline)) {
-		sync_unlock(&wg->_lock);
+		spin_unlock(&wg->_lock);
 		return -ETIMEDOUT;
 	}
 	struct sync_waiter n = { 0 };
 	int r = syncq_wait(&wg->_lock, &wg->_q, &n, "waitgroup", wg, deadline, true);
 	if (r < 0)
-		sync_unlock(&wg->_lock);
+		spin_unlock(&wg->_lock);
 	return r;
 }
 
@@ -162,34 +162,34 @@ int weft_call_once(weft_once *o, void (*fn)(void *), void *arg)
 {
 	if (__atomic_load_n(&o->_state, __ATOMIC_ACQUIRE) == ONCE_DONE)
 		return 0;
-	sync_lock(&o->_lock);
+	spin_lock(&o->_lock);
 	if (o->_state == ONCE_NEW) {
 		o->_state = ONCE_RUNNING;
 		o->_runner = me();
-		sync_unlock(&o->_lock);
+		spin_unlock(&o->_lock);
 		fn(arg);
 		unsigned n;
-		sync_lock(&o->_lock);
+		spin_lock(&o->_lock);
 		__atomic_store_n(&o->_state, ONCE_DONE, __ATOMIC_RELEASE);
 		struct sync_waiter *all = syncq_claim_all(&o->_q, &n);
-		sync_unlock(&o->_lock);
+		spin_unlock(&o->_lock);
 		syncq_finish_all(all);
 		return 0;
 	}
 	if (o->_state == ONCE_DONE) {
-		sync_unlock(&o->_lock);
+		spin_unlock(&o->_lock);
 		return 0;
 	}
 #ifdef WEFT_DEBUG
 	if (o->_runner == me()) {
-		sync_unlock(&o->_lock);
+		spin_unlock(&o->_lock);
 		sync_misuse("weft_call_once: called again from inside its own function", o);
 	}
 #endif
 	struct sync_waiter n = { 0 };
 	int r = syncq_wait(&o->_lock, &o->_q, &n, "once", o, WEFT_FOREVER, true);
 	if (r < 0)
-		sync_unlock(&o->_lock);
+		spin_unlock(&o->_lock);
 	return r;
 }
 
@@ -208,13 +208,13 @@ int weft_barrier_init(weft_barrier *b, unsigned int n)
 
 int weft_barrier_wait_until(weft_barrier *b, int64_t deadline)
 {
-	sync_lock(&b->_lock);
+	spin_lock(&b->_lock);
 	if (++b->_arrived >= b->_n) {
 		unsigned n;
 		b->_arrived = 0;
 		b->_round++;
 		struct sync_waiter *all = syncq_claim_all(&b->_q, &n);
-		sync_unlock(&b->_lock);
+		spin_unlock(&b->_lock);
 		syncq_finish_all(all);
 		return WEFT_BARRIER_LAST;
 	}
@@ -230,7 +230,7 @@ int weft_barrier_wait_until(weft_barrier *b, int64_t deadline)
 		b->_arrived--; /* leaves the round, which has not completed */
 	else
 		r = 0; /* completed while we were giving up: we passed */
-	sync_unlock(&b->_lock);
+	spin_unlock(&b->_lock);
 	return r;
 }
 

@@ -1,21 +1,21 @@
 /*
- * syncq.h - what the synchronisation primitives (sync.c, cond.c, rwlock.c) share: a tiny lock
- * word, an intrusive FIFO of waiters whose nodes live on the waiters' own stacks, and the
- * park/grant steps of wait.h written once. Internal to weft. (weft_mutex, which is built for
- * contention, has its own queue in mutex.c.)
+ * syncq.h - what the synchronisation primitives (sync.c, cond.c, rwlock.c, group.c) share:
+ * the lock of spin.h, the queue of waitq.h used as a FIFO, and the park/grant steps of wait.h
+ * written once. Internal to weft. (weft_mutex, which is built for contention, has a protocol
+ * of its own on the same lock and queue: mutex.c.)
  *
  * The pattern, for a primitive P guarded by P->_lock with a queue P->_q:
  *
- *   waiter:  sync_lock(&P->_lock);
- *            if (it can go on) { ...; sync_unlock(&P->_lock); return 0; }
+ *   waiter:  spin_lock(&P->_lock);
+ *            if (it can go on) { ...; spin_unlock(&P->_lock); return 0; }
  *            struct sync_waiter n = { 0 };
  *            r = syncq_wait(&P->_lock, &P->_q, &n, "what", P, deadline, cancellable);
  *            -- r == 0: granted, P->_lock NOT held; the granter already did the bookkeeping
  *            -- r < 0:  -ETIMEDOUT/-ECANCELED/-ENOMEM, n unlinked, P->_lock held: undo, unlock
  *
- *   granter: sync_lock(&P->_lock);
+ *   granter: spin_lock(&P->_lock);
  *            n = syncq_claim(&P->_q);      -- first waiter still waiting, unlinked and claimed
- *            ...bookkeeping for it...;  sync_unlock(&P->_lock);
+ *            ...bookkeeping for it...;  spin_unlock(&P->_lock);
  *            syncq_finish(n);              -- it resumes with 0
  *
  * Every wake-up is a grant: a waiter resumed with 0 has got what it waited for, so there are
@@ -29,6 +29,7 @@
 #define WEFT_SYNCQ_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,7 @@
 
 #include "spin.h"
 #include "wait.h"
+#include "waitq.h"
 #include "weft.h"
 
 /* Debug builds check misuse (destroying a primitive that has waiters, ...). On unless NDEBUG;
@@ -45,67 +47,37 @@
 #endif
 
 struct sync_waiter {
-	struct sync_waiter *next, *prev;
+	union {
+		struct waitq_link link;    /* while queued (waitq.h) */
+		struct sync_waiter *next;  /* once claimed: the chain syncq_claim_all returns (a
+					    * claimed waiter resumes with 0, so nobody asks
+					    * syncq_linked of it afterwards) */
+	};
 	struct wait *w;
 	uintptr_t want;   /* what it waits for, per primitive (rwlock: reader/writer; barrier: round) */
 };
-
-/* ---- the lock word: a test-and-test-and-set lock held for a few instructions -------------- */
-
-static inline void sync_lock(unsigned *l)
-{
-	while (__atomic_exchange_n(l, 1u, __ATOMIC_ACQUIRE))
-		while (__atomic_load_n(l, __ATOMIC_RELAXED))
-			cpu_relax();
-}
-
-static inline void sync_unlock(unsigned *l)
-{
-	__atomic_store_n(l, 0u, __ATOMIC_RELEASE);
-}
+_Static_assert(offsetof(struct sync_waiter, link) == 0, "waitq.h: the link comes first");
 
 /* ---- the queue (guarded by the primitive's lock) ----------------------------------------- */
 
-static inline bool syncq_empty(const struct weft_waitq *q)
+static inline bool syncq_empty(struct weft_waitq *q)
 {
-	return q->_first == NULL;
-}
-
-/* _first is also read without the lock (weft_cond_signal's look for waiters): store it
- * atomically. */
-static inline void set_first(struct weft_waitq *q, struct sync_waiter *n)
-{
-	__atomic_store_n(&q->_first, (void *)n, __ATOMIC_RELAXED);
+	return waitq_empty(WAITQ_OF(q));
 }
 
 static inline void syncq_push(struct weft_waitq *q, struct sync_waiter *n)
 {
-	struct sync_waiter *t = q->_last;
-	n->next = NULL;
-	n->prev = t;
-	if (t)
-		t->next = n;
-	else
-		set_first(q, n);
-	q->_last = n;
+	waitq_push_back(WAITQ_OF(q), &n->link);
 }
 
 static inline void syncq_remove(struct weft_waitq *q, struct sync_waiter *n)
 {
-	if (n->prev)
-		n->prev->next = n->next;
-	else
-		set_first(q, n->next);
-	if (n->next)
-		n->next->prev = n->prev;
-	else
-		q->_last = n->prev;
-	n->next = n->prev = n; /* marks "unlinked": a linked node never points to itself */
+	waitq_remove(WAITQ_OF(q), &n->link);
 }
 
 static inline bool syncq_linked(const struct sync_waiter *n)
 {
-	return n->next != n;
+	return waitq_linked(&n->link);
 }
 
 /* The first waiter still waiting, unlinked and claimed; NULL when there is none. Waiters that
@@ -113,8 +85,8 @@ static inline bool syncq_linked(const struct sync_waiter *n)
 static inline struct sync_waiter *syncq_claim(struct weft_waitq *q)
 {
 	struct sync_waiter *n;
-	while ((n = q->_first)) {
-		syncq_remove(q, n);
+	while ((n = (struct sync_waiter *)waitq_pop_front(WAITQ_OF(q)))) {
+		waitq_mark_off(&n->link); /* a waiter that lost its claim asks syncq_linked */
 		if (wait_claim(n->w))
 			return n;
 	}
@@ -155,16 +127,16 @@ static inline void syncq_finish_all(struct sync_waiter *n)
 
 /* Called with *lock held, having decided to wait: queue n, park until granted, the deadline or
  * a cancel. 0: granted, *lock released. <0: n unlinked, *lock held. */
-static inline int syncq_wait(unsigned *lock, struct weft_waitq *q, struct sync_waiter *n,
+static inline int syncq_wait(spinlock *lock, struct weft_waitq *q, struct sync_waiter *n,
 			     const char *reason, const void *obj, int64_t deadline, bool cancellable)
 {
 	n->w = cancellable ? wait_begin(reason, obj) : wait_begin_nocancel(reason, obj);
 	syncq_push(q, n);
-	sync_unlock(lock);
+	spin_unlock(lock);
 	int r = wait_park(n->w, deadline);
 	if (r == 0)
 		return 0;
-	sync_lock(lock);
+	spin_lock(lock);
 	if (syncq_linked(n))
 		syncq_remove(q, n);
 	return r;
@@ -185,13 +157,13 @@ __attribute__((noreturn, cold)) static inline void sync_misuse(const char *what,
 	abort();
 }
 /* Debug builds: abort with "weft: <what>" if q still has waiters (destroying a busy object). */
-static inline void syncq_check_idle(unsigned *lock, struct weft_waitq *q, const char *what,
+static inline void syncq_check_idle(spinlock *lock, struct weft_waitq *q, const char *what,
 				    const void *obj)
 {
 #ifdef WEFT_DEBUG
-	sync_lock(lock);
+	spin_lock(lock);
 	bool waiters = !syncq_empty(q);
-	sync_unlock(lock);
+	spin_unlock(lock);
 	if (waiters)
 		sync_misuse(what, obj);
 #else

@@ -206,7 +206,7 @@ void task_unpin(weft_task *t)
  * Joiners. The `joiner` slot holds the wait of the one caller joining t: a weft_join, or a
  * weft_select with t in a case (select.c). The exiting task wakes it but leaves it in the slot,
  * and the joiner takes itself out: so a slot that is taken says "someone is joining t" until
- * that caller has decided, and a second caller gets -EINVAL (weft_join) or -EBUSY (select)
+ * that caller has decided, and a second caller (weft_join or select alike) gets -EBUSY
  * rather than joining and freeing a task that the first is about to look at. A select whose
  * join case lost leaves t joinable.
  */
@@ -246,9 +246,9 @@ int weft_join_until(weft_task *h, int64_t deadline)
 		spin_unlock(&t->join_lock);
 		return -ESRCH;
 	}
-	if (t->joiner) {
+	if (t->joiner) { /* another caller is joining it: a state, not a wrong argument */
 		spin_unlock(&t->join_lock);
-		return -EINVAL;
+		return -EBUSY;
 	}
 	if (!t->done) {
 		struct wait *w = wait_begin("join", t);

@@ -285,8 +285,7 @@ static void take(struct timer_wheel *h, int l, int s, int64_t now,
 static bool take_lock(struct timer_wheel *h, bool try)
 {
 	if (try)
-		return !atomic_load_explicit(&h->lock.v, memory_order_relaxed) &&
-		       !atomic_exchange_explicit(&h->lock.v, 1, memory_order_acquire);
+		return spin_trylock(&h->lock);
 	spin_lock(&h->lock);
 	return true;
 }
