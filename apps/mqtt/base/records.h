@@ -92,7 +92,8 @@ typedef struct session {
 	uint64_t queued_bytes;     /* payload bytes of the queue (max_queued_bytes) */
 	uint16_t next_pid;
 	uint16_t window;           /* outbound inflight limit */
-	uint32_t max_packet;       /* the client's maximum packet size */
+	uint32_t max_packet;       /* the peer's maximum packet size (0: none): a 5.0 client's, or
+				    * a bridge's remote's (bridge_max_packet_size) */
 	/* inbound QoS 2 packet ids awaiting PUBREL */
 	uint16_t *rel_ids;
 	uint16_t nrel, rel_cap;

@@ -126,6 +126,12 @@ static uint16_t alias_for(conn *c, const msg *m, bool *fresh)
 	return ++c->out_alias_n;
 }
 
+/* Take back the alias alias_for has just made (fresh): the PUBLISH goes without it. */
+static void alias_unmake(conn *c)
+{
+	free(c->out_alias[--c->out_alias_n].topic);
+}
+
 /* Encode a PUBLISH of m into s's output. Lock held, s->conn set. Returns 0, or -1 when the
  * client's maximum packet size does not allow it (dropped). */
 static int encode_pub(session *s, msg *m, int qos, uint16_t pid, int dup, int retain,
@@ -159,16 +165,23 @@ static int encode_pub(session *s, msg *m, int qos, uint16_t pid, int dup, int re
 		bool fresh;
 		uint16_t alias = c->out_alias_max ? alias_for(c, m, &fresh) : 0;
 		if (alias) {
+			size_t plain = pb.len;
 			mq_pb_u16(&pb, MQ_P_TOPIC_ALIAS, alias);
 			e.props_len = pb.len;
 			if (!fresh)
 				e.topic_len = 0;
+			/* a new alias travels with the topic, 3 bytes more: never past the
+			 * client's maximum for it (fitting without, checked above) */
+			else if (s->max_packet && mq_enc_publish_len(&e) > s->max_packet) {
+				alias_unmake(c);
+				pb.len = plain;
+				e.props_len = plain;
+			}
 		}
 	}
 	size_t n = mq_enc_publish_len(&e);
-	/* below 5.0 only a bridge's session has a maximum (bridge_max_packet_size); at 5.0 it
-	 * was checked above */
-	if (s->version < 5 && s->max_packet && n > s->max_packet) {
+	/* the maximum packet size of the peer: a 5.0 client's, or a bridge's remote's */
+	if (s->max_packet && n > s->max_packet) {
 		free(mapped);
 		return -1;
 	}

@@ -164,6 +164,54 @@ TEST(topic_alias_out_of_range)
 	CHECK_EQ(stop(), 0);
 }
 
+/* A topic alias the broker picks adds 3 bytes to the PUBLISH: when they would take it over the
+ * client's maximum packet size, it goes without the alias (and none is spent), never over. */
+TEST(topic_alias_never_takes_a_publish_over_the_maximum_packet_size)
+{
+	test_skip_emulated();
+	start(NULL);
+	int sub = dial();
+	CHECK(sub >= 0);
+	uint8_t pbuf[16], b[256];
+	mq_pb pb = { pbuf, 0, sizeof pbuf, 0 };
+	mq_pb_u32(&pb, MQ_P_MAX_PACKET_SIZE, 28);
+	mq_pb_u16(&pb, MQ_P_TOPIC_ALIAS_MAX, 5);
+	put(sub, b, mq_enc_connect(b, &(mq_connect_enc){ .version = 5, .client_id = "maxpk",
+			.clean = 1, .keep_alive = 60, .props = &pb }));
+	CHECK(next(sub, b, sizeof b) >= 4);
+	CHECK_EQ(b[3], 0);
+	subscribe(sub, 5, "a/t", 0);
+	int pub = client(5, "maxpk-pub", 60);
+	mq_packet pk;
+	/* 20 bytes of payload: 28 bytes without an alias, 31 with a new one */
+	publish(pub, 5, "a/t", "01234567890123456789", 0, 0);
+	int n = next(sub, b, sizeof b);
+	CHECK(n > 0 && n <= 28);
+	CHECK_EQ(mq_decode(b, (size_t)n, 5, &pk), 0);
+	CHECK_EQ(pk.type, MQ_PUBLISH);
+	CHECK(pk.publish.topic.len == 3 && !memcmp(pk.publish.topic.p, "a/t", 3));
+	CHECK_EQ(pk.props.topic_alias, 0);
+	CHECK_EQ(pk.publish.payload.len, 20);
+	/* a shorter one fits with the alias, which is then the first: nothing was spent */
+	publish(pub, 5, "a/t", "short", 0, 0);
+	n = next(sub, b, sizeof b);
+	CHECK(n > 0 && n <= 28);
+	CHECK_EQ(mq_decode(b, (size_t)n, 5, &pk), 0);
+	CHECK(pk.publish.topic.len == 3 && !memcmp(pk.publish.topic.p, "a/t", 3));
+	CHECK_EQ(pk.props.topic_alias, 1);
+	/* and the next one on the topic carries the alias alone */
+	publish(pub, 5, "a/t", "again", 0, 0);
+	n = next(sub, b, sizeof b);
+	CHECK(n > 0 && n <= 28);
+	CHECK_EQ(mq_decode(b, (size_t)n, 5, &pk), 0);
+	CHECK_EQ(pk.publish.topic.len, 0);
+	CHECK_EQ(pk.props.topic_alias, 1);
+	CHECK(pk.publish.payload.len == 5 && !memcmp(pk.publish.payload.p, "again", 5));
+	close(sub);
+	close(pub);
+	CHECK_EQ(stop(), 0);
+}
+
 TEST(qos2_resend_delivered_once)
 {
 	test_skip_emulated();
