@@ -547,7 +547,8 @@ int weft_select(weft_select_case *cases, int n, int64_t deadline);
  * reported as "weft: ..." on stderr followed by abort() in debug builds (without NDEBUG).
  */
 
-/* A FIFO of parked waiters; part of every primitive below (private). */
+/* A FIFO of parked waiters (private): the queue of the channels, semaphores, conditions,
+ * rwlocks, wait groups and once below (weft_mutex keeps its two ends as _head and _tail). */
 struct weft_waitq {
 	void *_first, *_last;
 };

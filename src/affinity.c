@@ -2,8 +2,8 @@
  * affinity.c - one worker per core, and each worker kept on its own.
  *
  * Why. Left to the kernel, two workers can end up sharing one core while another idles. A
- * worker that queues a second runnable task wakes an idle worker to help (sched.c,
- * wake_idle); on a busy machine the kernel often places the wakee on the waker's own CPU
+ * worker that queues a second runnable task wakes an idle worker to help (idle.c,
+ * sched_wake_idle); on a busy machine the kernel often places the wakee on the waker's own CPU
  * (wake-affine) and lets it preempt the waker. The task the waker was running then sits,
  * runnable and not running, until the load balancer moves one of them, milliseconds later: a
  * latency tail that one worker alone would not have. Pinned, a woken worker runs on its own

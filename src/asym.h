@@ -11,8 +11,8 @@
  * loads after that point sees what the seldom side stored before calling it.
  *
  * Users: the mutex's release (mutex.c: every unlock against a waiter about to park),
- * cancellation (wait.c: every wait against weft_cancel) and stealing (sched.c: a worker's own
- * queue operations against thieves). Where membarrier is refused (old kernels,
+ * cancellation (wait.c: every wait against weft_cancel) and stealing (a worker's own queue
+ * operations in sched.c against thieves in steal.c). Where membarrier is refused (old kernels,
  * seccomp filters) asym_on() is false and both sides use full barriers, as the callers say.
  */
 #ifndef WEFT_ASYM_H

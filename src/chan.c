@@ -436,7 +436,7 @@ static inline void let_go(struct waiter *n)
 static inline struct waiter *claim_first(struct waitq q)
 {
 	struct waiter *n;
-	while ((n = (struct waiter *)waitq_pop_front(q))) {
+	while ((n = (struct waiter *)waitq_pop_front_unmarked(q))) {
 		if (wait_claim(n->w)) {
 			atomic_store_explicit(&n->queued, false, memory_order_relaxed);
 			return n; /* ours until wait_finish */
@@ -457,7 +457,7 @@ static bool has_live(struct waitq q)
 {
 	struct waiter *n;
 	while ((n = first_waiter(q)) && !is_parked(n->w)) {
-		waitq_pop_front(q);
+		waitq_pop_front_unmarked(q);
 		let_go(n);
 	}
 	return n != NULL;
@@ -480,28 +480,6 @@ static void leave(struct waiter *n, struct waitq q)
 static inline struct waitq queue_of(struct waiter *n)
 {
 	return WAITQ_OF(n->send ? &n->c->sendq : &n->c->recvq);
-}
-
-/* The waiting half of a select (select.c, chan_park); wait_for takes the same steps for its one
- * node, written out (see there). Called with the channels locked[0..nlocked) locked, nothing
- * ready, and the caller allowed to wait (may_wait): queue every node that has a channel
- * (node->c, on its sendq or recvq as node->send says; all on the one wait record w), drop the
- * locks (the last taken first), park with `park` (wait_park, or a select's own, which counts
- * it among the waiters on fds), then take off its queue every node that no waker completed.
- * Returns park's result; a waker that completed a node has stored it in *node->won. */
-static inline int park_on(struct waiter *nodes, int n, weft_chan *const *locked, int nlocked,
-			  struct wait *w, int64_t deadline, int (*park)(struct wait *, int64_t))
-{
-	for (int i = 0; i < n; i++)
-		if (nodes[i].c)
-			enqueue(queue_of(&nodes[i]), &nodes[i]);
-	for (int i = nlocked - 1; i >= 0; i--)
-		chan_unlock(locked[i]);
-	int r = park(w, deadline);
-	for (int i = 0; i < n; i++)
-		if (nodes[i].c && &nodes[i] != *nodes[i].won)
-			leave(&nodes[i], queue_of(&nodes[i]));
-	return r;
 }
 
 /* ---- packet storage --------------------------------------------------------------------- */
@@ -703,11 +681,11 @@ static __attribute__((noinline)) int wait_for(weft_chan *c, bool send, const voi
 		chan_unlock(c);
 		return r;
 	}
-	/* park_on's steps for one node, written out: park_on's loops and its look at *won after
-	 * the park cost a parked send or receive about a dozen instructions more. */
+	/* chan_park's steps for one node, written out: its loops and its look at *won after the
+	 * park cost a parked send or receive about a dozen instructions more. */
 	struct waitq q = WAITQ_OF(send ? &c->sendq : &c->recvq);
 	struct waiter *won = NULL;
-	struct waiter me = { .len = len, .won = &won, .c = c };
+	struct waiter me = { .len = len, .won = &won, .c = c, .send = send };
 	if (send)
 		me.src = src;
 	else
@@ -961,8 +939,24 @@ int chan_may_wait(int64_t deadline)
 	return may_wait(deadline);
 }
 
+/* The waiting half of a select (select.c); wait_for takes the same steps for its one
+ * node, written out (see there). Called with the channels locked[0..nlocked) locked, nothing
+ * ready, and the caller allowed to wait (may_wait): queue every node that has a channel
+ * (node->c, on its sendq or recvq as node->send says; all on the one wait record w), drop the
+ * locks (the last taken first), park with `park` (wait_park, or a select's own, which counts
+ * it among the waiters on fds), then take off its queue every node that no waker completed.
+ * Returns park's result; a waker that completed a node has stored it in *node->won. */
 int chan_park(struct waiter *nodes, int n, weft_chan *const *locked, int nlocked,
 	      struct wait *w, int64_t deadline, int (*park)(struct wait *, int64_t))
 {
-	return park_on(nodes, n, locked, nlocked, w, deadline, park);
+	for (int i = 0; i < n; i++)
+		if (nodes[i].c)
+			enqueue(queue_of(&nodes[i]), &nodes[i]);
+	for (int i = nlocked - 1; i >= 0; i--)
+		chan_unlock(locked[i]);
+	int r = park(w, deadline);
+	for (int i = 0; i < n; i++)
+		if (nodes[i].c && &nodes[i] != *nodes[i].won)
+			leave(&nodes[i], queue_of(&nodes[i]));
+	return r;
 }

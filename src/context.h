@@ -3,8 +3,8 @@
  *
  * A context is the machine state a task needs to resume: on x86-64 and aarch64 just a stack
  * pointer, with the callee-saved registers pushed on the stack by weft_ctx_swap (a dozen
- * instructions, context_<arch>.S). Other targets use ucontext (context_portable.c), which is
- * correct but makes a system call per switch.
+ * instructions, context_<arch>.S). Other targets use ucontext (the fallback at the end of this
+ * file), which is correct but makes a system call per switch.
  */
 #ifndef WEFT_CONTEXT_H
 #define WEFT_CONTEXT_H

@@ -40,7 +40,7 @@
  * The woken head. While WOKEN is set no unlock wakes anybody: at most one waiter at a time is
  * out of the queue's sleep, and the holder's unlocks stay plain stores and loads. The woken head
  * runs when the holder's core lets it, or at once on an idle core that steals it from the
- * `next` slot (sched.c's idle workers do). There it must not fight the holder: a holder that
+ * `next` slot (idle workers do: idle.c). There it must not fight the holder: a holder that
  * takes the lock again and again leaves it free for a few ns between two increments, and a
  * head on another core that grabbed it then would start both cores bouncing the line, a
  * cross-core transfer per increment. So the head takes a free lock only if nobody has unlocked

@@ -72,7 +72,7 @@ void poll_waiters_add(int d);
 int poll_run(int64_t deadline);
 /* poll_run in two steps, for an idle worker: it collects while it sleeps on the idle list and
  * wakes the waiters once it is off that list, so that the tasks it readies wake another
- * worker, not itself (see idle() in sched.c). */
+ * worker, not itself (see idle_sleep in idle.c). */
 #define POLL_BATCH 256
 struct poll_batch {
 	int n; /* events in ev, or -1 (errno set) */

@@ -85,7 +85,7 @@ static inline bool syncq_linked(const struct sync_waiter *n)
 static inline struct sync_waiter *syncq_claim(struct weft_waitq *q)
 {
 	struct sync_waiter *n;
-	while ((n = (struct sync_waiter *)waitq_pop_front(WAITQ_OF(q)))) {
+	while ((n = (struct sync_waiter *)waitq_pop_front_unmarked(WAITQ_OF(q)))) {
 		waitq_mark_off(&n->link); /* a waiter that lost its claim asks syncq_linked */
 		if (wait_claim(n->w))
 			return n;

@@ -14,8 +14,9 @@
  *   - first == NULL exactly when last == NULL (empty);
  *   - first->prev == NULL, last->next == NULL, and along the list x->next->prev == x;
  *   - a node taken off by waitq_remove points to itself both ways, which a linked node never
- *     does: waitq_linked() says whether a node that was once pushed is still queued. waitq_pop_
- *     front leaves that mark to its caller (waitq_mark_off): a channel's waker, which pops at
+ *     does: waitq_linked() says whether a node that was once pushed is still queued.
+ *     waitq_pop_front_unmarked, as its name says, leaves that mark to its caller
+ *     (waitq_mark_off): a channel's waker, which pops at
  *     every hand-off, knows its nodes' state by their `queued` flag and would pay two stores
  *     for nothing; syncq.h, whose leaving waiters ask waitq_linked, marks what it pops. (A
  *     node never pushed carries no mark, nor does one whose link was reused after it was taken
@@ -109,7 +110,7 @@ static inline void waitq_remove(struct waitq q, struct waitq_link *n)
 
 /* Take the first node off q and return it; NULL when q is empty. Its links are left as they
  * were: see waitq_mark_off. */
-static inline struct waitq_link *waitq_pop_front(struct waitq q)
+static inline struct waitq_link *waitq_pop_front_unmarked(struct waitq q)
 {
 	struct waitq_link *n = waitq_first(q);
 	if (!n)

@@ -630,7 +630,7 @@ TEST(worker_ids)
 }
 
 /* An idle worker gets work from one spawning tasks in a loop by asking for it, not by
- * interrupting it with a steal's fence at nearly every spawn (sched.c, give()). */
+ * interrupting it with a steal's fence at nearly every spawn (steal.c, grant_work_request()). */
 static atomic_int ran_on[64]; /* per worker: two, and the spares the monitor may start */
 
 static void count_worker(void *arg)

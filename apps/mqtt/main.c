@@ -37,9 +37,6 @@
 #include "tls.h"
 #include "topic.h"
 
-void pool_fini(void);
-void stats_fini(void);
-
 static int lfds[MAX_LISTENERS];
 static int lproto[MAX_LISTENERS];
 static tls_ctx *ltls[MAX_LISTENERS];

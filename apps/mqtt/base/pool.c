@@ -258,7 +258,6 @@ void pool_trim(int64_t now)
 	peak = mi.uordblks + mi.hblkhd;
 }
 
-/* Release every cached block (at exit, so that leak checkers see a clean heap). */
 void pool_fini(void)
 {
 	for (int i = 0; i < ncaches; i++)

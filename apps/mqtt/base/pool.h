@@ -14,6 +14,8 @@ void *pool_alloc(size_t n);
 void pool_free(void *p);
 size_t pool_size(const void *p);
 void pool_init(void);
+/* Release every cached block (at exit, so that leak checkers see a clean heap). */
+void pool_fini(void);
 /* malloc as the broker wants it (one arena): before weft_run starts the workers. */
 void pool_malloc_setup(void);
 /* Give back memory nothing uses (the reaper calls it): see pool.c. */

@@ -31,6 +31,8 @@ enum {
 	ST_COUNT
 };
 void stats_init(void);
+/* Free the counters (at exit). */
+void stats_fini(void);
 void stats_add(int which, uint64_t n);
 uint64_t stats_sum(int which);
 /* The $SYS publisher task's body (sys.c; runs until shutdown). */

@@ -55,9 +55,8 @@ int acks_release(conn *c)
 	return r < 0 ? -1 : 0;
 }
 
-/* The write that stored the id (a resend) or forgot it (a PUBREL for an id not known) was made
- * by an earlier batch, perhaps of an earlier connection of the session: every write made so
- * far covers it, whichever task made it. A session not stored keeps no id on disk. */
+/* An acknowledgement whose write was made by an earlier batch (persist_cover_earlier says
+ * why every write so far covers it): held like any other. */
 void ack_earlier(conn *c, int type, uint16_t pid, int rc)
 {
 	persist_cover_earlier(c);

@@ -30,12 +30,13 @@ typedef struct conn_role {
 	/* a packet after the CONNECT/CONNACK prelude: CONN_PASS to handle it as a client's, 0
 	 * when handled, or a negative reason code. NULL: every packet is a client's. */
 	int (*on_packet)(struct conn *c, const mq_packet *pk);
-	/* an incoming PUBLISH's topic: whether it may be published (false: dropped, counted and
+	/* required: an incoming PUBLISH's topic: whether it may be published (false: dropped, counted and
 	 * acknowledged as not authorized); *topic, *tlen replaced when it is mapped (*mapped
 	 * then holds memory to free) */
 	bool (*in_topic)(struct conn *c, const uint8_t **topic, uint16_t *tlen, char **mapped);
-	/* keep-alive (c->keep_alive set): when to wake without input, last being when bytes last
-	 * came in; and on waking then, 0 to go on (a PINGREQ was sent) or -1 to end */
+	/* keep-alive (c->keep_alive set), both required: when to wake without input, last being
+	 * when bytes last came in; and on waking then, 0 to go on (a PINGREQ was sent) or -1 to
+	 * end */
 	int64_t (*keepalive_deadline)(struct conn *c, int64_t last);
 	int (*keepalive_expired)(struct conn *c, int64_t last);
 	/* the last packets when the broker stops (written to out, cap bytes; their length).
