@@ -148,10 +148,36 @@ static void consumer(void *arg)
 
 static size_t stress_cap;
 
+/* With the eager bias (child_bias_case), a plain thread beside the tasks locks S.c whenever
+ * it finds it biased, and so takes the bias away as the owner's tasks come and go. The tasks
+ * alone may never revoke: those on another worker that may move go to the owner's and enter
+ * through its bias (chan.c, bias_fight), the scheduler may gather all of them on one worker
+ * for the whole run (steal.c, idle.c), and under load it does; a plain thread it cannot. */
+static atomic_bool revoker_stop, revoker_done;
+
+static void *revoker(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&revoker_stop))
+		if (chan_bias_owner(S.c))
+			weft_chan_len(S.c); /* a plain thread's locking revokes the bias */
+		else
+			sched_yield();
+	atomic_store(&revoker_done, true);
+	return NULL;
+}
+
 static int stress(void *arg)
 {
 	(void)arg;
 	CHECK((S.c = weft_chan_new(stress_cap, PSIZE)));
+	bool eager = chan_bias_mode() == CHAN_BIAS_EAGER;
+	pthread_t rt;
+	if (eager) {
+		atomic_store(&revoker_stop, false);
+		atomic_store(&revoker_done, false);
+		CHECK_EQ(pthread_create(&rt, NULL, revoker, NULL), 0);
+	}
 	weft_task *p[PRODS], *c[CONS];
 	for (int i = 0; i < PRODS || i < CONS; i++) {
 		if (i < CONS)
@@ -161,9 +187,19 @@ static int stress(void *arg)
 	}
 	for (int i = 0; i < PRODS; i++)
 		CHECK_EQ(weft_join(p[i]), 0);
+	/* However the run went, the consumers that poll or time out still lock S.c over and over
+	 * until it is closed: the bias comes back, and the revoker takes it away from them. */
+	while (eager && chan_bias_revocations() == 0)
+		nap(MS);
 	weft_chan_close(S.c); /* consumers drain what is buffered, then see -EPIPE */
 	for (int i = 0; i < CONS; i++)
 		CHECK_EQ(weft_join(c[i]), 0);
+	if (eager) {
+		atomic_store(&revoker_stop, true);
+		while (!atomic_load(&revoker_done)) /* never block a worker in pthread_join */
+			nap(MS);
+		CHECK_EQ(pthread_join(rt, NULL), 0);
+	}
 	CHECK_EQ(atomic_load(&S.got), PRODS * PER);
 	for (int i = 0; i < PRODS * PER; i++)
 		CHECK_EQ(atomic_load(&S.seen[i]), 1);
