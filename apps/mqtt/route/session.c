@@ -265,8 +265,12 @@ session *session_attach(conn *c, const char *id, uint16_t n, bool clean, bool *p
 	session *s = NULL, *old = NULL;
 	const char *who = c->user_proven ? c->user : NULL;
 	*refuse = MQ_RC_SERVER_UNAVAILABLE;
-	/* take over from a connection still attached: kick it, wait for it to let go */
-	for (int tries = 0;; tries++) {
+	/* take over from a connection still attached: kick it, wait for it to let go. Another
+	 * newcomer may attach first while we wait: then it is the one attached, and is kicked in
+	 * turn (the later CONNECT wins, as the first one did over the old connection). */
+	conn *kicked = NULL;
+	int64_t give_up = weft_now() + 5000000000;
+	for (;;) {
 		conn *busy = NULL;
 		WEFT_WITH_LOCK(&tlock) {
 			s = find(id, n, h);
@@ -278,8 +282,10 @@ session *session_attach(conn *c, const char *id, uint16_t n, bool clean, bool *p
 			if (s)
 				WEFT_WITH_LOCK(&s->lock) {
 					busy = s->conn;
-					if (busy && tries == 0) /* under the lock: busy cannot close */
+					if (busy && busy != kicked) { /* under the lock: busy cannot close */
 						busy->peer->kick(busy, MQ_RC_SESSION_TAKEN_OVER);
+						kicked = busy;
+					}
 				}
 			if (!busy && s && clean) {
 				unlink_locked(s);
@@ -315,7 +321,7 @@ session *session_attach(conn *c, const char *id, uint16_t n, bool clean, bool *p
 		}
 		if (!busy)
 			break;
-		if (tries > 5000) /* 5 s: the old connection is stuck; refuse */
+		if (weft_now() > give_up) /* the old connection is stuck; refuse */
 			return NULL;
 		weft_sleep_until(weft_now() + 1000000);
 	}

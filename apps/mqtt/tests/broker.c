@@ -212,6 +212,42 @@ TEST(topic_alias_never_takes_a_publish_over_the_maximum_packet_size)
 	CHECK_EQ(stop(), 0);
 }
 
+/* Two CONNECTs with one client id at once, while a third connection holds the session: each
+ * takes over in turn, so both are accepted at once and the later one keeps the session (a
+ * loser used to wait for the first winner to go, up to its 5 s, and be refused). */
+TEST(two_takeovers_at_once_both_connect_and_the_later_wins)
+{
+	test_skip_emulated();
+	start(NULL);
+	for (int round = 0; round < 5; round++) {
+		int hold = client(4, "race", 60), a = dial(), b = dial();
+		CHECK(a >= 0 && b >= 0);
+		uint8_t buf[64];
+		size_t n = mq_enc_connect(buf, &(mq_connect_enc){ .version = 4, .client_id = "race",
+				.clean = 1, .keep_alive = 60 });
+		put(a, buf, n);
+		put(b, buf, n);
+		/* within the sockets' 5 s read timeout, both accepted */
+		CHECK_EQ(next(a, buf, sizeof buf), 4);
+		CHECK(buf[0] == 0x20 && buf[3] == 0);
+		CHECK_EQ(next(b, buf, sizeof buf), 4);
+		CHECK(buf[0] == 0x20 && buf[3] == 0);
+		CHECK_EQ(next(hold, buf, sizeof buf), -1);
+		/* one of them was taken over by the other: only the other answers a PINGREQ */
+		int answered = 0;
+		puthex(a, "c0 00");
+		puthex(b, "c0 00");
+		answered += next(a, buf, sizeof buf) == 2 && buf[0] == 0xd0;
+		answered += next(b, buf, sizeof buf) == 2 && buf[0] == 0xd0;
+		CHECK_EQ(answered, 1);
+		close(hold);
+		close(a);
+		close(b);
+	}
+	others_fine();
+	CHECK_EQ(stop(), 0);
+}
+
 TEST(qos2_resend_delivered_once)
 {
 	test_skip_emulated();
