@@ -182,7 +182,7 @@ static int idle_then_work(void *arg)
 	CHECK_EQ(weft_sleep(20 * MS), 0); /* both workers sleep */
 	int other = 1 - weft_worker_id();
 	/* Two tasks queued here while this task holds its worker: the second spawn finds work
-	 * already queued and wakes the sleeping worker, which takes them. */
+	 * already queued and wakes the sleeping worker, which takes them (no spare may start). */
 	atomic_store(&holding, true);
 	weft_task *a = weft_spawn(note_if_held, NULL), *b = weft_spawn(note_if_held, NULL);
 	CHECK(a && b);
@@ -203,6 +203,7 @@ TEST(an_idle_worker_sleeps_and_new_work_wakes_it)
 {
 	setenv("WEFT_WORKERS", "2", 1);
 	setenv("WEFT_PARK", "0", 1); /* a wake-up, not the monitor's unpark */
+	setenv("WEFT_MAX_SPARES", "0", 1); /* nor a spare started beside the held worker */
 	RUN(idle_then_work);
 	unsetenv("WEFT_PARK");
 	unsetenv("WEFT_WORKERS");
