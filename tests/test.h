@@ -10,6 +10,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -87,6 +88,23 @@ static inline bool test_emulated(void)
 {
 	const char *r = getenv("RUNNER");
 	return r && *r;
+}
+
+/* Bytes from a hex string ("10 0c ..."; spaces ignored) into out; their count. */
+static inline size_t test_unhex(const char *s, uint8_t *out)
+{
+	size_t n = 0;
+	while (*s) {
+		if (*s == ' ') {
+			s++;
+			continue;
+		}
+		unsigned v;
+		sscanf(s, "%2x", &v);
+		out[n++] = (uint8_t)v;
+		s += 2;
+	}
+	return n;
 }
 
 /* Pause 100 us: parks a task, sleeps a plain thread. */

@@ -367,14 +367,7 @@ TEST(slow_consumer_does_not_block_others)
 	 * $SYS/broker/clients/connected comes down to 1, the client watching it */
 	int watch = client(4, "watch", 60);
 	subscribe(watch, 4, "$SYS/broker/clients/connected", 0);
-	int ok = 0;
-	for (int i = 0; i < 20 && !ok; i++) {
-		int n = next(watch, b, sizeof b);
-		CHECK(n > 0);
-		CHECK_EQ(mq_decode(b, (size_t)n, 4, &pk), 0);
-		ok = pk.publish.payload.len == 1 && pk.publish.payload.p[0] == '1';
-	}
-	CHECK(ok);
+	await_watcher_alone(watch, b, sizeof b);
 	close(watch);
 	close(slow);
 	others_fine();

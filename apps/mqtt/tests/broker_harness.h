@@ -113,22 +113,6 @@ static inline int stop(void)
 	return rc;
 }
 
-static inline size_t unhex(const char *s, uint8_t *out)
-{
-	size_t n = 0;
-	while (*s) {
-		if (*s == ' ') {
-			s++;
-			continue;
-		}
-		unsigned v;
-		sscanf(s, "%2x", &v);
-		out[n++] = (uint8_t)v;
-		s += 2;
-	}
-	return n;
-}
-
 static inline void put(int s, const void *p, size_t n)
 {
 	CHECK_EQ(write(s, p, n), (long long)n);
@@ -137,7 +121,7 @@ static inline void put(int s, const void *p, size_t n)
 static inline void puthex(int s, const char *h)
 {
 	uint8_t b[512];
-	put(s, b, unhex(h, b));
+	put(s, b, test_unhex(h, b));
 }
 
 static inline int readn(int s, uint8_t *p, size_t n)
@@ -246,6 +230,21 @@ static inline void expect_disconnect(int s, int rc)
 	CHECK_EQ(b[0], 0xe0);
 	CHECK_EQ(b[2], rc);
 	CHECK_EQ(next(s, b, sizeof b), -1);
+}
+
+/* Wait on watch (subscribed to $SYS/broker/clients/connected at 3.1.1) until the count it
+ * publishes comes down to 1, the watcher alone; b is room for a packet. */
+static inline void await_watcher_alone(int watch, uint8_t *b, size_t cap)
+{
+	mq_packet pk;
+	int ok = 0;
+	for (int i = 0; i < 20 && !ok; i++) {
+		int n = next(watch, b, cap);
+		CHECK(n > 0);
+		CHECK_EQ(mq_decode(b, (size_t)n, 4, &pk), 0);
+		ok = pk.publish.payload.len == 1 && pk.publish.payload.p[0] == '1';
+	}
+	CHECK(ok);
 }
 
 /* A healthy client still gets service. */

@@ -350,15 +350,7 @@ TEST(retained_backlog_to_a_client_that_never_reads_ends_at_its_keep_alive)
 	subscribe(dead, 4, "rt/#", 0);
 	int watch = client(4, "rt-watch", 60);
 	subscribe(watch, 4, "$SYS/broker/clients/connected", 0);
-	mq_packet pk;
-	int ok = 0;
-	for (int i = 0; i < 20 && !ok; i++) { /* down to the watcher alone */
-		int n = next(watch, b, sizeof b);
-		CHECK(n > 0);
-		CHECK_EQ(mq_decode(b, (size_t)n, 4, &pk), 0);
-		ok = pk.publish.payload.len == 1 && pk.publish.payload.p[0] == '1';
-	}
-	CHECK(ok);
+	await_watcher_alone(watch, b, sizeof b);
 	close(watch);
 	close(dead);
 	others_fine();

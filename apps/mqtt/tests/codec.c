@@ -5,27 +5,10 @@
 #include "codec.h"
 #include "test.h"
 
-/* Bytes from a hex string ("10 0c ..."); spaces ignored. */
-static size_t hex(const char *s, uint8_t *out)
-{
-	size_t n = 0;
-	while (*s) {
-		if (*s == ' ') {
-			s++;
-			continue;
-		}
-		unsigned v;
-		sscanf(s, "%2x", &v);
-		out[n++] = (uint8_t)v;
-		s += 2;
-	}
-	return n;
-}
-
 static int dec(const char *h, int version, mq_packet *pk)
 {
 	static uint8_t buf[1024];
-	size_t n = hex(h, buf);
+	size_t n = test_unhex(h, buf);
 	return mq_decode(buf, n, version, pk);
 }
 
@@ -370,7 +353,7 @@ TEST(encode_roundtrip)
 TEST(truncations)
 {
 	uint8_t buf[64];
-	size_t n = hex("10 21 0004 4d515454 05 02 001e 12 11 0000012c 21 000a 22 0005 26 0001 61 0001 62 0002 6331", buf);
+	size_t n = test_unhex("10 21 0004 4d515454 05 02 001e 12 11 0000012c 21 000a 22 0005 26 0001 61 0001 62 0002 6331", buf);
 	for (size_t k = 0; k < n; k++) {
 		int hdr;
 		CHECK_EQ(mq_frame(buf, k, &hdr), k < 2 ? 0 : (long)n);
